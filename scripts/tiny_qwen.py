@@ -1,0 +1,114 @@
+"""Build a tiny random-weight Qwen3-ASR checkpoint (real architecture, ~70 k parameters).
+
+Used by the tests and benchmarks, since the real weights cannot be downloaded here.
+    python scripts/tiny_qwen.py /tmp/tiny-qwen
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SPECIAL = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_pad|>",
+]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}<|im_start|>system\n{{ message['content'] }}<|im_end|>\n"
+    "{% elif message['role'] == 'user' %}<|im_start|>user\n<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tokenizer(out: Path) -> int:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = ["language English<asr_text>hello world the quick brown fox", "system user assistant"]
+    tok.train_from_iterator(corpus * 10, trainer=trainer)
+    tok.save(str(out / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "Qwen2TokenizerFast",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "bos_token": None,
+        "unk_token": None,
+        "model_max_length": 32768,
+        "chat_template": CHAT_TEMPLATE,
+        "extra_special_tokens": {
+            "audio_token": "<|audio_pad|>",
+            "audio_bos_token": "<|audio_start|>",
+            "audio_eos_token": "<|audio_end|>",
+        },
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    (out / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    vocab_size = tok.get_vocab_size()
+    return vocab_size
+
+
+def build(out_dir: str | Path) -> Path:
+    """Write the checkpoint to `out_dir` (created) and return its path."""
+    from qwen_asr.core.transformers_backend import (
+        Qwen3ASRConfig,
+        Qwen3ASRForConditionalGeneration,
+    )
+    from tokenizers import Tokenizer
+    from transformers import WhisperFeatureExtractor
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab_size = _tokenizer(out)
+    ids = Tokenizer.from_file(str(out / "tokenizer.json"))
+    audio = dict(
+        num_mel_bins=128,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        d_model=32,
+        output_dim=32,
+        downsample_hidden_size=16,
+        n_window=50,
+        n_window_infer=800,
+    )
+    text = dict(
+        vocab_size=max(vocab_size, 320),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "interleaved": True},
+    )
+    cfg = Qwen3ASRConfig(
+        thinker_config=dict(
+            audio_config=audio,
+            text_config=text,
+            audio_token_id=ids.token_to_id("<|audio_pad|>"),
+            audio_start_token_id=ids.token_to_id("<|audio_start|>"),
+        ),
+        support_languages=["English", "Chinese"],
+    )
+    Qwen3ASRForConditionalGeneration(cfg).save_pretrained(str(out))
+    WhisperFeatureExtractor(feature_size=128).save_pretrained(str(out))
+    (out / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen3ASRProcessor"}))
+    return out
+
+
+if __name__ == "__main__":
+    print(build(sys.argv[1] if len(sys.argv) > 1 else "tiny-qwen"))

@@ -1,0 +1,46 @@
+"""Shared request dependencies: the app context and bearer auth."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from ..config import Settings
+from ..errors import AuthError
+from ..lifecycle import ModelManager
+from ..scheduler import PriorityScheduler
+from ..service import TranscriptionService
+
+
+@dataclass
+class AppContext:
+    """Everything the routers need, built once in the app's lifespan."""
+
+    settings: Settings
+    manager: ModelManager
+    scheduler: PriorityScheduler
+    transcriber: TranscriptionService
+    started_at: float  # time.monotonic() at start
+    started_wall: float  # time.time() at start
+
+
+def get_ctx(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+def check_api_key(expected: str | None, authorization: str | None) -> None:
+    """Raise AuthError unless `authorization` is `Bearer <expected>` (or no key is set)."""
+    if not expected:
+        return
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise AuthError("Missing API key. Send 'Authorization: Bearer <API_KEY>'.")
+    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        raise AuthError("Incorrect API key provided.")
+
+
+async def require_api_key(request: Request) -> None:
+    check_api_key(request.app.state.ctx.settings.api_key, request.headers.get("authorization"))

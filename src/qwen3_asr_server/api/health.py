@@ -1,0 +1,48 @@
+"""GET /health: never loads the model, never imports torch."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from .deps import AppContext, get_ctx
+
+router = APIRouter()
+
+
+def _cuda_info() -> dict[str, Any]:
+    """GPU facts, only when torch is already imported (never import it here)."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return {"cuda": None}
+    try:
+        if not torch.cuda.is_available():
+            return {"cuda": False}
+        return {
+            "cuda": True,
+            "gpu": torch.cuda.get_device_name(0),
+            "gpu_memory_allocated_mb": round(torch.cuda.memory_allocated(0) / 2**20, 1),
+            "gpu_memory_reserved_mb": round(torch.cuda.memory_reserved(0) / 2**20, 1),
+        }
+    except Exception:  # a broken CUDA setup must not break /health
+        return {"cuda": False}
+
+
+@router.get("/health")
+async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
+    engine = ctx.manager.engine
+    return {
+        "status": "ok",
+        "model_loaded": ctx.manager.loaded,
+        "model_id": engine.model_id,
+        "engine": engine.name,
+        "device": engine.device,
+        "queue_depth": ctx.scheduler.depth,
+        "busy": ctx.scheduler.busy,
+        "uptime_s": round(time.monotonic() - ctx.started_at, 3),
+        "last_load_error": ctx.manager.last_error,
+        **_cuda_info(),
+    }

@@ -1,0 +1,135 @@
+"""Pure ASGI middleware: request ids, last-resort errors, and the upload size limit."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from loguru import logger
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import error_body
+from ..logging import REQUEST_ID
+
+HEADER = b"x-request-id"
+
+
+def _error_response(status: int, body: dict[str, Any], request_id: str) -> tuple[Message, Message]:
+    payload = json.dumps(body).encode()
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            (HEADER, request_id.encode()),
+        ],
+    }
+    return start, {"type": "http.response.body", "body": payload}
+
+
+class RequestContextMiddleware:
+    """Give every request an id (the client's X-Request-ID or a new one), put it in the
+    logging context and on the response, and turn an unhandled exception into a 500 in
+    OpenAI's error shape (with the id) instead of a bare text body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(HEADER, b"").decode("latin-1")
+        if scope["type"] == "websocket" and not given:
+            qs = scope.get("query_string", b"").decode("latin-1")
+            given = next((p[11:] for p in qs.split("&") if p.startswith("request_id=")), "")
+        request_id = given[:128] if given else uuid.uuid4().hex
+        token = REQUEST_ID.set(request_id)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
+                headers.append((HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            logger.opt(exception=exc).error("unhandled error")
+            if scope["type"] != "http" or started:
+                raise
+            body = error_body("Internal server error.", "server_error", None, "internal_error")
+            for message in _error_response(500, body, request_id):
+                await send(message)
+        finally:
+            REQUEST_ID.reset(token)
+
+
+class BodyLimitMiddleware:
+    """Reject request bodies over `max_bytes` with 413 before they are buffered.
+
+    A declared Content-Length over the limit is refused without reading. A body that
+    grows past the limit while streaming is cut off and answered with 413.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        request_id = REQUEST_ID.get()
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            for message in _error_response(413, self._body(), request_id):
+                await send(message)
+            return
+        seen = 0
+        exceeded = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    exceeded = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        sent_error = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal sent_error
+            if not exceeded:
+                await send(message)
+            elif not sent_error:  # replace whatever the app answered to the cut-off body
+                sent_error = True
+                for replacement in _error_response(413, self._body(), request_id):
+                    await send(replacement)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not exceeded:
+                raise
+        if exceeded and not sent_error:
+            for message in _error_response(413, self._body(), request_id):
+                await send(message)
+
+    def _body(self) -> dict[str, Any]:
+        mb = self.max_bytes / 1_000_000
+        return error_body(
+            f"The request body is larger than the {mb:g} MB limit (MAX_UPLOAD_MB).",
+            "invalid_request_error",
+            "file",
+            "too_large",
+        )

@@ -1,0 +1,71 @@
+"""The app factory: Settings -> engine -> ModelManager -> PriorityScheduler -> services -> routers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from loguru import logger
+
+from . import __version__
+from .api import health, models, transcriptions
+from .api.deps import AppContext
+from .api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from .config import Settings
+from .engines import Engine, create_engine
+from .errors import APIError, install_error_handlers
+from .lifecycle import ModelManager
+from .logging import setup_logging
+from .scheduler import PriorityScheduler
+from .service import TranscriptionService
+
+MULTIPART_SLACK = 1_000_000  # form fields and multipart framing around the file
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    """Build a fresh app. `engine` overrides the one chosen from settings (tests)."""
+    settings = settings or Settings()
+    setup_logging(settings.log_level, settings.log_json)
+    chosen = engine or create_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        scheduler = PriorityScheduler(settings.max_queue)
+        scheduler.start()
+        manager = ModelManager(
+            chosen, idle_timeout=settings.idle_timeout, busy=lambda: scheduler.busy
+        )
+        app.state.ctx = AppContext(
+            settings=settings,
+            manager=manager,
+            scheduler=scheduler,
+            transcriber=TranscriptionService(settings, manager, scheduler),
+            started_at=time.monotonic(),
+            started_wall=time.time(),
+        )
+        try:
+            await manager.start(preload=False)
+            if settings.preload:
+                try:
+                    await manager.ensure_loaded()
+                except APIError as exc:  # stay up; the next request tries again
+                    logger.error("PRELOAD failed, serving anyway: {}", exc.message)
+            logger.info(
+                "serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device
+            )
+            yield
+        finally:
+            await asyncio.to_thread(scheduler.stop)
+            await manager.stop()
+
+    app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_upload_bytes + MULTIPART_SLACK)
+    app.add_middleware(RequestContextMiddleware)
+    app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(transcriptions.router)
+    return app

@@ -1,0 +1,124 @@
+"""Decode uploaded bytes into mono float32 at 16 kHz; PCM helpers.
+
+soundfile handles wav/flac/ogg/mp3; PyAV handles what soundfile cannot (m4a, mp4, webm, ...).
+Raw `audio/pcm` uploads are s16le, 16 kHz, mono.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from .errors import BadRequestError, TooLargeError, UnsupportedMediaError
+
+SAMPLE_RATE = 16000
+PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
+PCM_SUFFIXES = (".pcm", ".raw", ".s16le")
+
+
+@dataclass(frozen=True)
+class Audio:
+    samples: np.ndarray  # float32, mono, 16 kHz
+    source_rate: int
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / SAMPLE_RATE
+
+
+def pcm16_to_float(data: bytes) -> np.ndarray:
+    """s16le bytes -> float32 in [-1, 1]. A trailing odd byte is dropped."""
+    usable = len(data) - (len(data) % 2)
+    return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
+
+
+def resample(samples: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndarray:
+    if rate == target or len(samples) == 0:
+        return samples.astype(np.float32, copy=False)
+    return soxr.resample(samples, rate, target).astype(np.float32, copy=False)
+
+
+def is_raw_pcm(content_type: str | None, filename: str | None) -> bool:
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    return ctype in PCM_TYPES or (filename or "").lower().endswith(PCM_SUFFIXES)
+
+
+def decode_audio(
+    data: bytes,
+    *,
+    content_type: str | None = None,
+    filename: str | None = None,
+    max_seconds: float | None = None,
+) -> Audio:
+    """Decode any supported upload to mono float32 16 kHz, or raise an APIError."""
+    if not data:
+        raise BadRequestError("The uploaded file is empty.", param="file", code="empty_file")
+    if is_raw_pcm(content_type, filename):
+        audio = Audio(pcm16_to_float(data), SAMPLE_RATE)
+    else:
+        audio = _decode_container(data, max_seconds)
+    if len(audio.samples) == 0:
+        raise BadRequestError("The audio contains no samples.", param="file", code="empty_audio")
+    _check_duration(audio.duration, max_seconds)
+    return audio
+
+
+def _check_duration(seconds: float, max_seconds: float | None) -> None:
+    if max_seconds is not None and seconds > max_seconds:
+        raise TooLargeError(
+            f"Audio is {seconds:.1f} s long; the limit is {max_seconds:g} s (MAX_AUDIO_SECONDS).",
+            param="file",
+        )
+
+
+def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
+    try:
+        info = sf.info(io.BytesIO(data))
+    except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
+        return _decode_with_av(data, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
+    if info.frames > 0:  # some formats report no frame count until decoded
+        _check_duration(info.frames / info.samplerate, max_seconds)
+    try:
+        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as exc:
+        raise UnsupportedMediaError(f"Could not decode the audio: {exc}", param="file") from exc
+    mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
+    return Audio(resample(mono, int(rate)), int(rate))
+
+
+def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) -> Audio:
+    import av  # PyAV: FFmpeg bindings, imported only for formats soundfile cannot read
+
+    limit = int(max_seconds * SAMPLE_RATE) + SAMPLE_RATE if max_seconds else None
+    chunks: list[np.ndarray] = []
+    total = 0
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.audio:
+                raise UnsupportedMediaError("The file has no audio stream.", param="file")
+            stream = container.streams.audio[0]
+            source_rate = int(stream.rate or SAMPLE_RATE)
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    chunk = out.to_ndarray().reshape(-1).astype(np.float32, copy=False)
+                    chunks.append(chunk)
+                    total += len(chunk)
+                if limit is not None and total > limit:
+                    _check_duration(total / SAMPLE_RATE, max_seconds)
+            for out in resampler.resample(None):
+                chunks.append(out.to_ndarray().reshape(-1).astype(np.float32, copy=False))
+    except (UnsupportedMediaError, TooLargeError):
+        raise
+    except Exception as exc:
+        raise UnsupportedMediaError(
+            f"Could not decode the audio: not a supported audio format (soundfile: "
+            f"{first_error}; ffmpeg: {str(exc).split(':')[0]}).",
+            param="file",
+        ) from exc
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    return Audio(samples, source_rate)

@@ -1,0 +1,71 @@
+"""Every setting of the server, read from the environment or `.env`, in one class.
+
+Nothing else in the package reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
+DEFAULT_CUDA_MODEL = "Qwen/Qwen3-ASR-1.7B"
+
+
+class Settings(BaseSettings):
+    """Server settings. Field names are the env var names, case-insensitive."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", protected_namespaces=())
+
+    host: str = "127.0.0.1"
+    """Interface to listen on."""
+    port: int = Field(default=8100, ge=1, le=65535)
+    """TCP port to listen on."""
+
+    model_id: str | None = None
+    """HF repo id, local directory, or `whisper-tiny.en` (bundled offline model).
+    Empty: `Qwen/Qwen3-ASR-0.6B` on CPU, `Qwen/Qwen3-ASR-1.7B` on CUDA."""
+    engine: Literal["auto", "qwen", "whisper"] = "auto"
+    """Force an engine; `auto` picks it from what the model is."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs. `auto` uses CUDA when torch sees a GPU."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """Qwen weights dtype. `auto`: bfloat16 on CUDA, float32 on CPU."""
+    cpu_threads: int = Field(default=0, ge=0)
+    """Threads for CPU inference; 0 lets the engine decide."""
+    max_new_tokens: int = Field(default=1024, ge=1)
+    """Upper bound on tokens the Qwen decoder generates per segment."""
+
+    idle_timeout: float = Field(default=120.0, ge=0)
+    """Seconds without use before the model is unloaded; 0 never unloads."""
+    preload: bool = False
+    """Load the model at start instead of on the first request."""
+    request_timeout: float = Field(default=300.0, gt=0)
+    """Seconds a job may wait in the queue and run before the request gets 504."""
+    max_queue: int = Field(default=64, ge=1)
+    """Pending inference jobs before new requests get 503."""
+
+    max_upload_mb: float = Field(default=100.0, gt=0)
+    """Largest accepted upload, in MB (10^6 bytes)."""
+    max_audio_seconds: float = Field(default=3600.0, gt=0)
+    """Longest accepted audio, in seconds."""
+
+    api_key: str | None = None
+    """If set, every route but /health needs `Authorization: Bearer <API_KEY>`."""
+
+    log_level: str = "INFO"
+    """Minimum log level (DEBUG, INFO, WARNING, ...)."""
+    log_json: bool = False
+    """Write one JSON object per log line."""
+
+    def resolved_model_id(self, cuda: bool) -> str:
+        """The model to serve; the default depends on the device."""
+        if self.model_id:
+            return self.model_id
+        return DEFAULT_CUDA_MODEL if cuda else DEFAULT_CPU_MODEL
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1_000_000)

@@ -1,0 +1,68 @@
+"""Engine selection. Constructing an engine imports nothing heavy; `load()` does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..config import Settings
+from .base import Engine, ModelLoadError, TranscribeRequest, TranscribeResult
+
+__all__ = [
+    "Engine",
+    "ModelLoadError",
+    "TranscribeRequest",
+    "TranscribeResult",
+    "create_engine",
+    "detect_engine",
+]
+
+WHISPER_ALIASES = {"whisper-tiny.en"}
+
+
+def gpu_present() -> bool:
+    """An NVIDIA driver is loaded. Checked without importing torch (used for defaults only)."""
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+def detect_engine(model_id: str) -> str:
+    """`qwen` or `whisper`, from what the model is: a Qwen3-ASR config or CTranslate2 files."""
+    if model_id in WHISPER_ALIASES:
+        return "whisper"
+    path = Path(model_id).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if config.is_file():
+            try:
+                model_type = str(json.loads(config.read_text()).get("model_type", ""))
+            except (OSError, ValueError):
+                model_type = ""
+            if model_type.startswith("qwen3_asr"):
+                return "qwen"
+        if (path / "model.bin").is_file():
+            return "whisper"
+        raise ModelLoadError(
+            f"MODEL_ID={model_id!r} is a directory but holds neither a Qwen3-ASR checkpoint "
+            "(config.json with model_type qwen3_asr) nor a CTranslate2 whisper model (model.bin). "
+            "Set ENGINE=qwen or ENGINE=whisper to force one."
+        )
+    return "whisper" if "whisper" in model_id.lower() else "qwen"
+
+
+def create_engine(settings: Settings) -> Engine:
+    cuda = settings.device == "cuda" or (settings.device == "auto" and gpu_present())
+    model_id = settings.resolved_model_id(cuda)
+    kind = settings.engine if settings.engine != "auto" else detect_engine(model_id)
+    if kind == "whisper":
+        from .whisper import WhisperEngine
+
+        return WhisperEngine(model_id, device=settings.device, cpu_threads=settings.cpu_threads)
+    from .qwen import QwenEngine
+
+    return QwenEngine(
+        model_id,
+        device=settings.device,
+        dtype=settings.dtype,
+        max_new_tokens=settings.max_new_tokens,
+        cpu_threads=settings.cpu_threads,
+    )

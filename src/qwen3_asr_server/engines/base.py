@@ -1,0 +1,74 @@
+"""The Engine protocol and the plain data that crosses it. No heavy imports here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+class ModelLoadError(Exception):
+    """The configured model could not be loaded; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class TranscribeRequest:
+    audio: np.ndarray  # mono float32, 16 kHz
+    language: str | None = None  # ISO-639-1 code, None = detect
+    prompt: str | None = None
+    temperature: float | None = None
+    word_timestamps: bool = False
+
+
+@dataclass
+class Word:
+    word: str
+    start: float
+    end: float
+    probability: float | None = None
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    text: str
+    words: list[Word] = field(default_factory=list)
+    avg_logprob: float | None = None
+    no_speech_prob: float | None = None
+    compression_ratio: float | None = None
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TranscribeResult:
+    text: str
+    language: str | None  # ISO-639-1 code when known
+    segments: list[Segment] = field(default_factory=list)
+    engine_seconds: float = 0.0  # time spent inside the engine
+
+
+class Engine(Protocol):
+    """What the model manager and scheduler need from an ASR backend.
+
+    `load`/`unload`/`transcribe` are blocking and run on worker threads; constructing an
+    engine must stay cheap and import nothing heavy.
+    """
+
+    name: str
+    model_id: str
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """ISO codes the engine can be forced to; None means any."""
+        ...
+
+    def load(self) -> None: ...
+
+    def unload(self) -> None: ...
+
+    def transcribe(self, request: TranscribeRequest) -> TranscribeResult: ...

@@ -1,0 +1,109 @@
+"""Text helpers: language names and codes, and word-level repetition clean-up."""
+
+from __future__ import annotations
+
+# The 30 languages Qwen3-ASR can be forced to (qwen_asr.inference.utils.SUPPORTED_LANGUAGES),
+# keyed by ISO-639-1 code where one exists.
+QWEN_LANGUAGES: dict[str, str] = {
+    "zh": "Chinese",
+    "en": "English",
+    "yue": "Cantonese",
+    "ar": "Arabic",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "pt": "Portuguese",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ko": "Korean",
+    "ru": "Russian",
+    "th": "Thai",
+    "vi": "Vietnamese",
+    "ja": "Japanese",
+    "tr": "Turkish",
+    "hi": "Hindi",
+    "ms": "Malay",
+    "nl": "Dutch",
+    "sv": "Swedish",
+    "da": "Danish",
+    "fi": "Finnish",
+    "pl": "Polish",
+    "cs": "Czech",
+    "fil": "Filipino",
+    "fa": "Persian",
+    "el": "Greek",
+    "ro": "Romanian",
+    "hu": "Hungarian",
+    "mk": "Macedonian",
+}
+NAME_TO_CODE: dict[str, str] = {name.lower(): code for code, name in QWEN_LANGUAGES.items()}
+# Other spellings users send.
+ALIASES: dict[str, str] = {"tl": "fil", "tagalog": "fil", "mandarin": "zh", "farsi": "fa"}
+AUTO = {"", "auto", "none", "detect"}
+
+
+def parse_language(value: str | None) -> str | None:
+    """Map an ISO-639-1 code, a language name or `auto` to an ISO code; None means auto.
+
+    Raises ValueError for a language this table does not know.
+    """
+    if value is None:
+        return None
+    key = value.strip().lower().replace("_", "-")
+    if key in AUTO:
+        return None
+    key = ALIASES.get(key, key)
+    if key in QWEN_LANGUAGES:
+        return key
+    base = key.split("-")[0]  # en-US -> en
+    if base in QWEN_LANGUAGES:
+        return base
+    if key in NAME_TO_CODE:
+        return NAME_TO_CODE[key]
+    raise ValueError(f"unknown language {value!r}")
+
+
+def language_name(code: str | None) -> str | None:
+    """ISO code -> Qwen's canonical name (`en` -> `English`)."""
+    return QWEN_LANGUAGES.get(code) if code else None
+
+
+def language_code(name: str | None) -> str | None:
+    """Engine-reported language (`English`, `en`) -> ISO code, or None if unknown/empty."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    if key in QWEN_LANGUAGES:
+        return key
+    return NAME_TO_CODE.get(key)
+
+
+def collapse_repetitions(text: str, min_repeats: int = 4, max_ngram: int = 4) -> str:
+    """Collapse a word n-gram repeated `min_repeats` or more times in a row to one copy.
+
+    Catches decoder loops like "the the the the" or "thank you thank you thank you thank you"
+    that survive the SDK's own (character-level, threshold 20) clean-up. Comparison ignores
+    case and trailing punctuation; the first copy is kept as written.
+    """
+    words = text.split()
+    if len(words) < min_repeats:
+        return text
+    changed = False
+    for n in range(1, max_ngram + 1):
+        keys = [w.lower().strip(".,!?;:…。，！？") for w in words]
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            gram = keys[i : i + n]
+            reps = 1
+            while len(gram) == n and keys[i + reps * n : i + (reps + 1) * n] == gram:
+                reps += 1
+            if len(gram) == n and reps >= min_repeats and any(gram):
+                out.extend(words[i : i + n])
+                i += reps * n
+                changed = True
+            else:
+                out.append(words[i])
+                i += 1
+        words = out
+    return " ".join(words) if changed else text
