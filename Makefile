@@ -1,0 +1,51 @@
+# qwen3-asr-server. `make run` starts the server, `make test` runs lint and the whole suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8100
+# torch comes first, pinned: the CPU wheel for 2.13.0 is on local disk here. Elsewhere add
+# e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" to avoid a CUDA build.
+TORCH_PIP_ARGS ?=
+
+export HOST PORT
+
+.PHONY: install install-dev run test lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install $(TORCH_PIP_ARGS) "torch==2.13.0"
+	$(BIN)/pip install -e ".[qwen,offline]"
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/python -m qwen3_asr_server
+
+lint: install-dev
+	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/mypy
+
+format: install-dev
+	$(BIN)/ruff format src tests bench scripts
+	$(BIN)/ruff check --fix src tests bench scripts
+
+test: install-dev lint
+	$(BIN)/python -m pytest tests
+
+bench: install-dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

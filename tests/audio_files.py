@@ -1,0 +1,46 @@
+"""Make audio bytes in various containers for tests."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import soundfile as sf
+
+
+def tone(seconds: float = 1.0, rate: int = 16000, channels: int = 1, freq: float = 440.0):
+    t = np.arange(int(seconds * rate)) / rate
+    wave = (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+    return np.stack([wave] * channels, axis=1) if channels > 1 else wave
+
+
+def encode(samples: np.ndarray, rate: int, fmt: str, subtype: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, samples, rate, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def wav_bytes(seconds: float = 1.0, rate: int = 16000, channels: int = 1) -> bytes:
+    return encode(tone(seconds, rate, channels), rate, "WAV", "PCM_16")
+
+
+def av_bytes(container: str, codec: str, seconds: float = 1.0, rate: int = 48000) -> bytes:
+    """Encode a tone with FFmpeg (PyAV): m4a/aac, webm/opus, ..."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate)
+        stream.layout = "mono"
+        samples = tone(seconds, rate)
+        frame_size = 960
+        for i in range(0, len(samples), frame_size):
+            chunk = samples[i : i + frame_size].reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(chunk, format="flt", layout="mono")
+            frame.sample_rate = rate
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buf.getvalue()

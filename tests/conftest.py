@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen3-ASR checkpoint, built once per test session."""
+    from tiny_qwen import build
+
+    return build(tmp_path_factory.mktemp("tiny-qwen"))
+
+
+@pytest.fixture
+def qwen_settings(tiny_qwen_dir: Path):  # type: ignore[no-untyped-def]
+    """Settings factory for a server on the tiny checkpoint (no .env file is read)."""
+    from qwen3_asr_server.config import Settings
+
+    def make(**overrides: object) -> Settings:
+        values: dict[str, object] = {
+            "model_id": str(tiny_qwen_dir),
+            "device": "cpu",
+            "max_new_tokens": 8,
+            "idle_timeout": 0,
+        }
+        values.update(overrides)
+        return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+    return make

@@ -1,0 +1,314 @@
+"""The OpenAI transcription API on the real Qwen engine (tiny checkpoint), real uvicorn,
+real `openai` SDK. The weights are random, so these assert the contract, not the words."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from audio_files import av_bytes, wav_bytes
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.config import Settings
+from qwen3_asr_server.engines import create_engine
+from server import LiveServer, live_server
+
+pytestmark = pytest.mark.slow
+
+SettingsFactory = Callable[..., Settings]
+
+
+def client_for(server: LiveServer, api_key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def server(qwen_settings: SettingsFactory) -> Iterator[LiveServer]:
+    with live_server(create_app(qwen_settings())) as srv:
+        yield srv
+
+
+def transcribe(client: openai.OpenAI, data: bytes, name: str = "a.wav", **kw: Any) -> Any:
+    return client.audio.transcriptions.create(model="whisper-1", file=(name, data), **kw)
+
+
+def test_json_response_has_the_documented_fields(server: LiveServer) -> None:
+    client = client_for(server)
+    raw = client.audio.transcriptions.with_raw_response.create(
+        model="whisper-1", file=("a.wav", wav_bytes(2.0)), prompt="Glossary: Qwen."
+    )
+    assert raw.http_request.headers  # the SDK really sent it
+    assert raw.headers["x-request-id"]
+    body = raw.http_response.json()
+    assert set(body) == {"text", "language", "duration", "usage"}
+    assert isinstance(body["text"], str)
+    assert body["duration"] == pytest.approx(2.0, abs=0.01)
+    assert body["usage"] == {"type": "duration", "seconds": 2}
+    assert raw.parse().text == body["text"]
+    assert server.ctx.manager.loaded
+
+
+def test_text_response_is_the_plain_body(server: LiveServer) -> None:
+    client = client_for(server)
+    text = transcribe(client, wav_bytes(1.0), response_format="text")
+    assert isinstance(text, str)
+    response = httpx.post(
+        server.url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", wav_bytes(1.0))},
+        data={"response_format": "text"},
+        timeout=60,
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert not response.text.startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("language", "reported"),
+    [("en", "english"), ("English", "english"), ("zh", "chinese"), ("fr", "french")],
+)
+def test_forced_language_forms(server: LiveServer, language: str, reported: str) -> None:
+    raw = client_for(server).audio.transcriptions.with_raw_response.create(
+        model="whisper-1", file=("a.wav", wav_bytes(1.0)), language=language
+    )
+    assert raw.http_response.json()["language"] == reported
+
+
+def test_auto_language_is_accepted(server: LiveServer) -> None:
+    result = transcribe(client_for(server), wav_bytes(1.0), language="auto")
+    assert isinstance(result.text, str)
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("a.flac", None),
+        ("a.m4a", "mp4"),
+        ("a.webm", "webm"),
+    ],
+)
+def test_containers_through_the_api(server: LiveServer, name: str, data: str | None) -> None:
+    if data is None:
+        from audio_files import encode, tone
+
+        payload = encode(tone(1.0, 22050, 2), 22050, "FLAC")
+    else:
+        payload = av_bytes(data, "aac" if data == "mp4" else "libopus")
+    raw = client_for(server).audio.transcriptions.with_raw_response.create(
+        model="whisper-1", file=(name, payload)
+    )
+    assert raw.http_response.json()["duration"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_raw_pcm_upload(server: LiveServer) -> None:
+    pcm = b"\x00\x10" * 16000 * 2  # 2 s of s16le at 16 kHz
+    raw = client_for(server).audio.transcriptions.with_raw_response.create(
+        model="whisper-1", file=("a.pcm", pcm, "audio/pcm")
+    )
+    assert raw.http_response.json()["duration"] == pytest.approx(2.0)
+
+
+def assert_openai_error(exc: openai.APIStatusError, status: int, param: str | None) -> None:
+    assert exc.status_code == status
+    body = exc.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["message"]
+    assert body["error"]["param"] == param
+    assert exc.response.headers["x-request-id"]
+
+
+def test_empty_file_is_400(server: LiveServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(client_for(server), b"")
+    assert_openai_error(info.value, 400, "file")
+
+
+def test_garbage_is_415(server: LiveServer) -> None:
+    with pytest.raises(openai.APIStatusError) as info:
+        transcribe(client_for(server), bytes(range(256)) * 16, name="a.mp3")
+    assert_openai_error(info.value, 415, "file")
+    assert "not a supported audio format" in info.value.message
+
+
+@pytest.mark.parametrize("language", ["xx", "Klingon"])
+def test_bad_language_is_400_on_language(server: LiveServer, language: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(client_for(server), wav_bytes(0.5), language=language)
+    assert_openai_error(info.value, 400, "language")
+
+
+def test_bad_response_format_and_temperature_are_400(server: LiveServer) -> None:
+    client = client_for(server)
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(client, wav_bytes(0.5), response_format="docx")  # type: ignore[arg-type]
+    assert_openai_error(info.value, 400, "response_format")
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(client, wav_bytes(0.5), temperature=3.0)
+    assert_openai_error(info.value, 400, "temperature")
+
+
+def test_missing_file_is_400(server: LiveServer) -> None:
+    response = httpx.post(server.url + "/v1/audio/transcriptions", data={"model": "x"})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "file"
+
+
+def test_upload_too_large_is_413(qwen_settings: SettingsFactory) -> None:
+    with live_server(create_app(qwen_settings(max_upload_mb=0.05))) as srv:
+        client = client_for(srv)
+        # Under the body limit (file limit + multipart slack) but over the file limit.
+        with pytest.raises(openai.APIStatusError) as info:
+            transcribe(client, wav_bytes(3.0))
+        assert_openai_error(info.value, 413, "file")
+        # Over the body limit: refused from Content-Length before it is read.
+        with pytest.raises(openai.APIStatusError) as info:
+            transcribe(client, b"\x00" * 1_200_000)
+        assert_openai_error(info.value, 413, "file")
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted while streaming
+            yield b"--x\r\nContent-Disposition: form-data; name=file; filename=a.wav\r\n\r\n"
+            for _ in range(40):
+                yield b"\x00" * 64_000
+
+        response = httpx.post(
+            srv.url + "/v1/audio/transcriptions",
+            content=chunks(),
+            headers={"content-type": "multipart/form-data; boundary=x"},
+        )
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "too_large"
+
+
+def test_audio_too_long_is_413(qwen_settings: SettingsFactory) -> None:
+    with live_server(create_app(qwen_settings(max_audio_seconds=1.0))) as srv:
+        with pytest.raises(openai.APIStatusError) as info:
+            transcribe(client_for(srv), wav_bytes(2.0))
+        assert_openai_error(info.value, 413, "file")
+        assert not srv.ctx.manager.loaded  # rejected before the model was needed
+
+
+def test_api_key(qwen_settings: SettingsFactory) -> None:
+    with live_server(create_app(qwen_settings(api_key="s3cret"))) as srv:
+        with pytest.raises(openai.AuthenticationError) as info:
+            transcribe(client_for(srv, api_key="wrong"), wav_bytes(0.5))
+        assert_openai_error(info.value, 401, None)
+        assert info.value.code == "invalid_api_key"
+        missing = httpx.get(srv.url + "/v1/models")
+        assert missing.status_code == 401
+        assert "error" in missing.json()
+        assert srv.get("/health").status_code == 200  # /health stays open
+        result = transcribe(client_for(srv, api_key="s3cret"), wav_bytes(0.5))
+        assert isinstance(result.text, str)
+        assert [m.id for m in client_for(srv, "s3cret").models.list()][1] == "whisper-1"
+
+
+def test_models_list_and_health(server: LiveServer, tiny_qwen_dir: Path) -> None:
+    models = client_for(server).models.list()
+    ids = [m.id for m in models]
+    assert ids == [str(tiny_qwen_dir), "whisper-1"]
+    assert client_for(server).models.retrieve("whisper-1").id == "whisper-1"
+    with pytest.raises(openai.NotFoundError):
+        client_for(server).models.retrieve("gpt-9")
+    health = server.get("/health").json()
+    assert health["status"] == "ok"
+    assert health["model_loaded"] is False  # /health never loads it
+    assert health["engine"] == "qwen"
+    assert health["model_id"] == str(tiny_qwen_dir)
+    assert health["queue_depth"] == 0
+    assert health["uptime_s"] >= 0
+
+
+def test_request_id_is_echoed_and_unknown_routes_use_openai_shape(server: LiveServer) -> None:
+    response = server.get("/health", headers={"X-Request-ID": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
+    missing = server.get("/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    assert missing.headers["x-request-id"]
+    wrong_method = httpx.get(server.url + "/v1/audio/transcriptions")
+    assert wrong_method.status_code == 405
+    assert "error" in wrong_method.json()
+
+
+def test_failed_load_is_503_with_a_fix_then_recovers(
+    qwen_settings: SettingsFactory, tiny_qwen_dir: Path, tmp_path: Path
+) -> None:
+    later = tmp_path / "model-arrives-later"
+    with live_server(create_app(qwen_settings(model_id=str(later)))) as srv:
+        client = client_for(srv)
+        with pytest.raises(openai.InternalServerError) as info:
+            transcribe(client, wav_bytes(0.5))
+        assert info.value.status_code == 503
+        assert info.value.response.headers["retry-after"]
+        assert "MODEL_ID" in info.value.message
+        assert srv.get("/health").json()["last_load_error"]
+        shutil.copytree(tiny_qwen_dir, later)  # the operator fixes it; no restart
+        assert isinstance(transcribe(client, wav_bytes(0.5)).text, str)
+        assert srv.ctx.manager.loaded
+
+
+class SlowFirstCalls:
+    """Wraps the real engine; its first `slow` transcriptions sleep first."""
+
+    def __init__(self, engine: Any, slow: int, seconds: float) -> None:
+        self.inner = engine
+        self.slow = slow
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.name, self.model_id = engine.name, engine.model_id
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.inner, item)
+
+    def transcribe(self, request: Any) -> Any:
+        with self.lock:
+            delay = self.seconds if self.slow > 0 else 0.0
+            self.slow -= 1
+        time.sleep(delay)
+        return self.inner.transcribe(request)
+
+
+def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFactory) -> None:
+    settings = qwen_settings(request_timeout=0.5)
+    engine = SlowFirstCalls(create_engine(settings), slow=0, seconds=1.5)
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        client = client_for(srv)
+        transcribe(client, wav_bytes(0.5), language="en")  # warm: load outside the timeout
+        engine.slow = 1
+        with pytest.raises(openai.APIStatusError) as info:
+            transcribe(client, wav_bytes(0.5))
+        assert_openai_error(info.value, 504, None)
+        time.sleep(1.2)  # the abandoned job finishes; its result is dropped
+        assert isinstance(transcribe(client, wav_bytes(0.5)).text, str)
+
+
+def test_queue_full_is_503_with_retry_after(qwen_settings: SettingsFactory) -> None:
+    settings = qwen_settings(max_queue=1)
+    engine = SlowFirstCalls(create_engine(settings), slow=0, seconds=1.0)
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        client = client_for(srv)
+        transcribe(client, wav_bytes(0.5))  # load
+        engine.slow = 2
+        results: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(transcribe(client, wav_bytes(0.5))))
+            for _ in range(2)
+        ]
+        for t in threads:  # one running, one queued
+            t.start()
+            time.sleep(0.3)
+        with pytest.raises(openai.InternalServerError) as info:
+            transcribe(client, wav_bytes(0.5))
+        assert info.value.status_code == 503
+        assert info.value.response.headers["retry-after"] == "1"
+        assert info.value.code == "queue_full"
+        for t in threads:
+            t.join(30)
+        assert len(results) == 2

@@ -1,0 +1,82 @@
+"""Decoding uploads: containers, channels, rates, raw PCM, and the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from audio_files import av_bytes, encode, tone, wav_bytes
+from qwen3_asr_server.audio import SAMPLE_RATE, decode_audio, pcm16_to_float
+from qwen3_asr_server.errors import BadRequestError, TooLargeError, UnsupportedMediaError
+
+
+@pytest.mark.parametrize(
+    ("fmt", "subtype"),
+    [("WAV", "PCM_16"), ("FLAC", None), ("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")],
+)
+def test_soundfile_formats_decode_to_16k_mono_float32(fmt: str, subtype: str | None) -> None:
+    data = encode(tone(1.0, 44100, channels=2), 44100, fmt, subtype)
+    audio = decode_audio(data, filename=f"x.{fmt.lower()}")
+    assert audio.samples.dtype == np.float32
+    assert audio.samples.ndim == 1
+    assert audio.source_rate == 44100
+    assert abs(audio.duration - 1.0) < 0.1  # mp3 adds encoder padding
+    assert 0.1 < float(np.abs(audio.samples).max()) <= 1.0
+
+
+@pytest.mark.parametrize(("container", "codec"), [("mp4", "aac"), ("webm", "libopus")])
+def test_ffmpeg_formats_decode_through_pyav(container: str, codec: str) -> None:
+    data = av_bytes(container, codec, seconds=1.0)
+    audio = decode_audio(data, content_type=f"audio/{container}")
+    assert audio.samples.dtype == np.float32
+    assert abs(audio.duration - 1.0) < 0.15
+    assert float(np.abs(audio.samples).max()) > 0.1
+
+
+def test_stereo_is_mixed_to_mono() -> None:
+    left = tone(0.5, 16000)
+    stereo = np.stack([left, -left], axis=1)  # opposite phases cancel when mixed
+    audio = decode_audio(encode(stereo, 16000, "WAV", "FLOAT"))
+    assert float(np.abs(audio.samples).max()) < 1e-6
+
+
+def test_raw_pcm_is_s16le_16k_mono() -> None:
+    pcm = (np.array([0, 16384, -16384, 32767], dtype="<i2")).tobytes() * 4000
+    audio = decode_audio(pcm, content_type="audio/pcm")
+    assert len(audio.samples) == 16000
+    assert audio.samples[1] == pytest.approx(0.5)
+    assert decode_audio(pcm, filename="call.pcm").duration == pytest.approx(1.0)
+
+
+def test_pcm_helper_drops_a_trailing_odd_byte() -> None:
+    assert len(pcm16_to_float(b"\x00\x01\x02")) == 1
+
+
+def test_resampling_keeps_duration() -> None:
+    audio = decode_audio(wav_bytes(2.0, rate=8000))
+    assert len(audio.samples) == pytest.approx(2 * SAMPLE_RATE, abs=2)
+
+
+def test_empty_file_is_400() -> None:
+    with pytest.raises(BadRequestError) as info:
+        decode_audio(b"")
+    assert info.value.status == 400 and info.value.param == "file"
+
+
+def test_garbage_is_415_with_reason() -> None:
+    with pytest.raises(UnsupportedMediaError) as info:
+        decode_audio(bytes(range(256)) * 8, filename="x.wav")
+    assert info.value.status == 415
+    assert "not a supported audio format" in info.value.message
+
+
+def test_too_long_is_413_before_full_decode() -> None:
+    with pytest.raises(TooLargeError) as info:
+        decode_audio(wav_bytes(3.0), max_seconds=2.0)
+    assert info.value.status == 413
+    assert "MAX_AUDIO_SECONDS" in info.value.message
+
+
+def test_too_long_through_ffmpeg_is_413() -> None:
+    with pytest.raises(TooLargeError):
+        decode_audio(av_bytes("mp4", "aac", seconds=3.0), max_seconds=1.0)
