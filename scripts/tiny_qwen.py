@@ -21,7 +21,8 @@ SPECIAL = [
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'system' %}<|im_start|>system\n{{ message['content'] }}<|im_end|>\n"
-    "{% elif message['role'] == 'user' %}<|im_start|>user\n<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\n"
+    "{% elif message['role'] == 'user' %}<|im_start|>user\n"
+    "<|audio_start|><|audio_pad|><|audio_end|><|im_end|>\n"
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from audio_files import av_bytes, wav_bytes
+from server import LiveServer, live_server
+
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
-from server import LiveServer, live_server
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,9 @@ def test_json_response_has_the_documented_fields(server: LiveServer) -> None:
     )
     assert raw.http_request.headers  # the SDK really sent it
     assert raw.headers["x-request-id"]
+    timing = dict(part.strip().split(";dur=") for part in raw.headers["server-timing"].split(","))
+    assert set(timing) == {"decode", "queue", "engine"}
+    assert float(timing["engine"]) > 0
     body = raw.http_response.json()
     assert set(body) == {"text", "language", "duration", "usage"}
     assert isinstance(body["text"], str)

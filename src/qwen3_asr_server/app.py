@@ -1,4 +1,4 @@
-"""The app factory: Settings -> engine -> ModelManager -> PriorityScheduler -> services -> routers."""
+"""The app factory: Settings -> engine -> ModelManager -> scheduler -> services -> routers."""
 
 from __future__ import annotations
 
@@ -53,9 +53,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                     await manager.ensure_loaded()
                 except APIError as exc:  # stay up; the next request tries again
                     logger.error("PRELOAD failed, serving anyway: {}", exc.message)
-            logger.info(
-                "serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device
-            )
+            logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield
         finally:
             await asyncio.to_thread(scheduler.stop)

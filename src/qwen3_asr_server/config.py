@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     """Threads for CPU inference; 0 lets the engine decide."""
     max_new_tokens: int = Field(default=1024, ge=1)
     """Upper bound on tokens the Qwen decoder generates per segment."""
+    whisper_beam_size: int = Field(default=1, ge=1, le=10)
+    """Beam width for the whisper engine; 1 (greedy) is fastest on CPU."""
 
     idle_timeout: float = Field(default=120.0, ge=0)
     """Seconds without use before the model is unloaded; 0 never unloads."""

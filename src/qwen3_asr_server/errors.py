@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -104,7 +105,9 @@ def error_body(
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+def _json(
+    status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(status_code=status, content=body, headers=headers)
 
 

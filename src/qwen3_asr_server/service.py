@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .audio import SAMPLE_RATE, Audio
@@ -21,7 +22,8 @@ class Transcription:
     language: str | None  # ISO code
     duration: float
     segments: list[Segment] = field(default_factory=list)
-    engine_seconds: float = 0.0
+    engine_seconds: float = 0.0  # inside the engine
+    job_seconds: float = 0.0  # queue wait + engine, as the caller saw it
 
 
 class TranscriptionService:
@@ -81,6 +83,7 @@ class TranscriptionService:
             word_timestamps=word_timestamps,
         )
         async with self.manager.use() as engine:
+            submitted = time.perf_counter()
             try:
                 result: TranscribeResult = await self.scheduler.submit(
                     lambda: engine.transcribe(request),
@@ -93,6 +96,7 @@ class TranscriptionService:
                 raise BadRequestError(str(exc)) from exc
             except Exception as exc:
                 raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
+            job_seconds = time.perf_counter() - submitted
         for segment in result.segments:
             segment.text = collapse_repetitions(segment.text)
         return Transcription(
@@ -101,4 +105,5 @@ class TranscriptionService:
             duration=len(audio.samples) / SAMPLE_RATE,
             segments=result.segments,
             engine_seconds=result.engine_seconds,
+            job_seconds=job_seconds,
         )

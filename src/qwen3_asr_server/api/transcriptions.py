@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, UploadFile
@@ -48,10 +49,18 @@ def json_body(result: Transcription) -> dict[str, Any]:
     }
 
 
-def format_response(result: Transcription, response_format: str) -> Response:
+def server_timing(result: Transcription, decode_seconds: float) -> str:
+    """`Server-Timing` header: where the request's time went, in milliseconds."""
+    queue = max(0.0, result.job_seconds - result.engine_seconds)
+    parts = [("decode", decode_seconds), ("queue", queue), ("engine", result.engine_seconds)]
+    return ", ".join(f"{name};dur={seconds * 1000:.1f}" for name, seconds in parts)
+
+
+def format_response(result: Transcription, response_format: str, timing: str) -> Response:
+    headers = {"Server-Timing": timing}
     if response_format == "text":
-        return PlainTextResponse(result.text)
-    return JSONResponse(json_body(result))
+        return PlainTextResponse(result.text, headers=headers)
+    return JSONResponse(json_body(result), headers=headers)
 
 
 @router.post("/v1/audio/transcriptions")
@@ -68,8 +77,8 @@ async def create_transcription(
     service = ctx.transcriber
     code = service.resolve_language(language)
     service.check_options(prompt, temperature)
+    started = time.perf_counter()
     audio = await read_upload(ctx, file)
-    result = await service.transcribe(
-        audio, language=code, prompt=prompt, temperature=temperature
-    )
-    return format_response(result, response_format)
+    decode_seconds = time.perf_counter() - started
+    result = await service.transcribe(audio, language=code, prompt=prompt, temperature=temperature)
+    return format_response(result, response_format, server_timing(result, decode_seconds))

@@ -56,7 +56,12 @@ def create_engine(settings: Settings) -> Engine:
     if kind == "whisper":
         from .whisper import WhisperEngine
 
-        return WhisperEngine(model_id, device=settings.device, cpu_threads=settings.cpu_threads)
+        return WhisperEngine(
+            model_id,
+            device=settings.device,
+            cpu_threads=settings.cpu_threads,
+            beam_size=settings.whisper_beam_size,
+        )
     from .qwen import QwenEngine
 
     return QwenEngine(

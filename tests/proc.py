@@ -1,0 +1,68 @@
+"""Start `python -m qwen3_asr_server` as a real process and look inside it via /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from server import free_port
+
+
+class ServerProcess:
+    def __init__(self, env: dict[str, str], cwd: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, "PORT": str(self.port), "HOST": "127.0.0.1", **env}
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qwen3_asr_server"],
+            env=full_env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def wait_healthy(self, timeout: float = 30.0) -> float:
+        """Seconds from process start to the first 200 on /health."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return time.perf_counter() - self.started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        raise TimeoutError("server did not become healthy")
+
+    def maps(self) -> str:
+        return Path(f"/proc/{self.proc.pid}/maps").read_text()
+
+    def torch_loaded(self) -> bool:
+        return "libtorch" in self.maps()
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        self.stop()
+        assert self.proc.stdout is not None
+        return self.proc.stdout.read()
