@@ -16,9 +16,9 @@ import statistics
 import time
 
 import httpx
-from common import parse_server_timing, summary, tiny_qwen
 
 from audio_files import wav_bytes
+from common import parse_server_timing, summary, tiny_qwen
 from proc import ServerProcess
 
 
@@ -42,14 +42,17 @@ def main() -> None:
         finally:
             server.stop()
     print(f"time to first 200 on /health: {summary(startup)}  (goal < 2000 ms)")
-    print(f"idle RSS before first request: median {statistics.median(idle_rss):.1f} MB "
-          "(goal < 100 MB)")
+    print(
+        f"idle RSS before first request: median {statistics.median(idle_rss):.1f} MB "
+        "(goal < 100 MB)"
+    )
 
     server = ServerProcess(env)
     try:
         server.wait_healthy()
         clip = wav_bytes(5.0)
         with httpx.Client(base_url=server.url, timeout=120) as client:
+
             def one() -> tuple[float, dict[str, float]]:
                 started = time.perf_counter()
                 response = client.post(

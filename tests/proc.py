@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from server import free_port
 
 

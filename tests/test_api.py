@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from audio_files import av_bytes, wav_bytes
-from server import LiveServer, live_server
 
+from audio_files import av_bytes, wav_bytes
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
+from server import LiveServer, live_server
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audio_files import av_bytes, encode, tone, wav_bytes
 
+from audio_files import av_bytes, encode, tone, wav_bytes
 from qwen3_asr_server.audio import SAMPLE_RATE, decode_audio, pcm16_to_float
 from qwen3_asr_server.errors import BadRequestError, TooLargeError, UnsupportedMediaError
 

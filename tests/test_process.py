@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from audio_files import wav_bytes
 from proc import ServerProcess
 

@@ -45,7 +45,11 @@ def setup_logging(level: str = "INFO", json: bool = False) -> None:
         logger.add(sys.stderr, level=level.upper(), serialize=True)
     else:
         logger.add(sys.stderr, level=level.upper(), format=TEXT_FORMAT)
-    logging.basicConfig(handlers=[InterceptHandler()], level=0, force=True)
+    std_level = logging.getLevelName(level.upper())
+    if not isinstance(std_level, int):  # loguru-only names (TRACE, SUCCESS)
+        std_level = logging.DEBUG
+    # The stdlib filters too, so records below the level are never built and forwarded.
+    logging.basicConfig(handlers=[InterceptHandler()], level=std_level, force=True)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "fastapi"):
         std = logging.getLogger(name)
         std.handlers = [InterceptHandler()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -36,16 +37,18 @@ class TranscriptionService:
 
     def resolve_language(self, value: str | None) -> str | None:
         """User input -> ISO code the engine accepts, None for auto; 400 otherwise."""
+        allowed = self.manager.engine.languages
         try:
             code = parse_language(value)
         except ValueError:
+            if allowed is None and value and re.fullmatch(r"[a-z]{2,3}", value.strip().lower()):
+                return value.strip().lower()  # an engine that takes any code checks it itself
             raise BadRequestError(
                 f"Unsupported language {value!r}. Use an ISO-639-1 code (en, zh, ...), a "
                 "language name (English) or auto.",
                 param="language",
                 code="unsupported_language",
             ) from None
-        allowed = self.manager.engine.languages
         if code is not None and allowed is not None and code not in allowed:
             raise BadRequestError(
                 f"The {self.manager.engine.name} model {self.manager.engine.model_id!r} does not "

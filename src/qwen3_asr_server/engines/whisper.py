@@ -90,9 +90,9 @@ class WhisperEngine:
         if self._model is None:
             raise RuntimeError("WhisperEngine.transcribe called before load()")
         started = time.perf_counter()
-        temperature: Any = (
-            request.temperature if request.temperature else [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-        )
+        # Greedy by default: deterministic output, and no temperature-fallback re-decodes
+        # (up to six per window) that multiply CPU latency. An explicit temperature samples.
+        temperature = request.temperature or 0.0
         pieces, info = self._model.transcribe(
             request.audio,
             language=request.language or ("en" if self.english_only else None),
