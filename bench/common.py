@@ -8,8 +8,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
+# The benchmarks reuse the tests' helpers (server process, audio, fixtures).
+for extra in (ROOT / "tests", ROOT / "scripts"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
 
 
 def tiny_qwen(path: str | None = None) -> Path:

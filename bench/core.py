@@ -15,10 +15,11 @@ import logging
 import statistics
 import time
 
+from common import parse_server_timing, summary, tiny_qwen
+
 import httpx
 
 from audio_files import wav_bytes
-from common import parse_server_timing, summary, tiny_qwen
 from proc import ServerProcess
 
 
