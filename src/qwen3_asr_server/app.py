@@ -20,7 +20,9 @@ from .errors import APIError, install_error_handlers
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .scheduler import PriorityScheduler
+from .segmentation import Segmenter
 from .service import TranscriptionService
+from .vad import SileroModel
 
 MULTIPART_SLACK = 1_000_000  # form fields and multipart framing around the file
 
@@ -42,7 +44,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             settings=settings,
             manager=manager,
             scheduler=scheduler,
-            transcriber=TranscriptionService(settings, manager, scheduler),
+            transcriber=TranscriptionService(
+                settings,
+                manager,
+                scheduler,
+                Segmenter(
+                    settings.segment_max_seconds, SileroModel() if settings.segment_vad else None
+                ),
+            ),
             started_at=time.monotonic(),
             started_wall=time.time(),
         )

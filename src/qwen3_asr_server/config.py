@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     max_audio_seconds: float = Field(default=3600.0, gt=0)
     """Longest accepted audio, in seconds."""
 
+    segment_max_seconds: float = Field(default=30.0, ge=5, le=300)
+    """Long audio is cut into segments of at most this length, at pauses; each is its own
+    inference job."""
+    segment_vad: bool = True
+    """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
+
     api_key: str | None = None
     """If set, every route but /health needs `Authorization: Bearer <API_KEY>`."""
 

@@ -1,18 +1,23 @@
-"""Transcription service: validate, hold the model, schedule, post-process."""
+"""Transcription service: validate, cut into segments, hold the model, schedule each
+segment as its own job, merge in order, post-process."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .audio import SAMPLE_RATE, Audio
 from .config import Settings
-from .engines.base import Segment, TranscribeRequest, TranscribeResult
-from .errors import APIError, BadRequestError, InferenceError
+from .engines.base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult
+from .errors import APIError, BadRequestError, InferenceError, ModelUnavailableError
 from .lifecycle import ModelManager
 from .scheduler import BATCH, PriorityScheduler
-from .text import collapse_repetitions, parse_language
+from .segmentation import Segmenter, Span
+from .text import collapse_repetitions, join_texts, parse_language
+from .timestamps import ensure_words
 
 MAX_PROMPT_CHARS = 4000
 
@@ -23,18 +28,46 @@ class Transcription:
     language: str | None  # ISO code
     duration: float
     segments: list[Segment] = field(default_factory=list)
-    engine_seconds: float = 0.0  # inside the engine
+    engine_seconds: float = 0.0  # inside the engine, all segments
     job_seconds: float = 0.0  # queue wait + engine, as the caller saw it
+
+
+@dataclass
+class SegmentResult:
+    """One finished segment of a longer file, times relative to the whole file."""
+
+    index: int
+    span: Span
+    text: str
+    language: str | None
+    segments: list[Segment]
+    engine_seconds: float
+    job_seconds: float
+
+
+@dataclass(frozen=True)
+class Options:
+    language: str | None = None  # ISO code from resolve_language()
+    prompt: str | None = None
+    temperature: float | None = None
+    word_timestamps: bool = False
+    priority: int = BATCH
 
 
 class TranscriptionService:
     def __init__(
-        self, settings: Settings, manager: ModelManager, scheduler: PriorityScheduler
+        self,
+        settings: Settings,
+        manager: ModelManager,
+        scheduler: PriorityScheduler,
+        segmenter: Segmenter,
     ) -> None:
         self.settings = settings
         self.manager = manager
         self.scheduler = scheduler
+        self.segmenter = segmenter
 
+    # -- validation --------------------------------------------------------------------
     def resolve_language(self, value: str | None) -> str | None:
         """User input -> ISO code the engine accepts, None for auto; 400 otherwise."""
         allowed = self.manager.engine.languages
@@ -67,46 +100,90 @@ class TranscriptionService:
         if temperature is not None and not 0.0 <= temperature <= 1.0:
             raise BadRequestError("temperature must be between 0 and 1.", param="temperature")
 
-    async def transcribe(
-        self,
-        audio: Audio,
-        *,
-        language: str | None = None,
-        prompt: str | None = None,
-        temperature: float | None = None,
-        word_timestamps: bool = False,
-        priority: int = BATCH,
-    ) -> Transcription:
-        """Transcribe decoded audio. `language` is an ISO code from resolve_language()."""
-        request = TranscribeRequest(
-            audio=audio.samples,
-            language=language,
-            prompt=prompt or None,
-            temperature=temperature,
-            word_timestamps=word_timestamps,
-        )
+    # -- transcription -----------------------------------------------------------------
+    async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
+        """Transcribe segment by segment, yielding each as it finishes, in order.
+
+        Each segment is its own scheduler job, submitted only after the previous one
+        finished: a real-time job runs between two segments of a long upload, and if the
+        consumer goes away the remaining segments are never submitted.
+        """
         async with self.manager.use() as engine:
-            submitted = time.perf_counter()
-            try:
-                result: TranscribeResult = await self.scheduler.submit(
-                    lambda: engine.transcribe(request),
-                    priority=priority,
-                    timeout=self.settings.request_timeout,
+            pos, index, total = 0, 0, len(audio.samples)
+            while pos < total:
+                end = await self._next_cut(audio, pos)
+                span = Span(pos, end)
+                request = TranscribeRequest(
+                    audio=audio.samples[span.start : span.end],  # a view, not a copy
+                    language=options.language,
+                    prompt=options.prompt or None,
+                    temperature=options.temperature,
+                    word_timestamps=options.word_timestamps,
                 )
-            except APIError:  # queue full, timeout, shutting down
-                raise
-            except ValueError as exc:  # the engine rejected an argument
-                raise BadRequestError(str(exc)) from exc
-            except Exception as exc:
-                raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
-            job_seconds = time.perf_counter() - submitted
-        for segment in result.segments:
-            segment.text = collapse_repetitions(segment.text)
-        return Transcription(
+                submitted = time.perf_counter()
+                try:
+                    result: TranscribeResult = await self.scheduler.submit(
+                        lambda r=request: engine.transcribe(r),  # type: ignore[misc]
+                        priority=options.priority,
+                        timeout=self.settings.request_timeout,
+                    )
+                except APIError:  # queue full, timeout, shutting down
+                    raise
+                except ValueError as exc:  # the engine rejected an argument
+                    raise BadRequestError(str(exc)) from exc
+                except Exception as exc:
+                    raise InferenceError(
+                        f"Transcription failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+                yield self._shift(index, span, result, time.perf_counter() - submitted, options)
+                pos, index = end, index + 1
+
+    async def transcribe(self, audio: Audio, options: Options) -> Transcription:
+        parts = [part async for part in self.stream(audio, options)]
+        return merge(parts, audio, options.language)
+
+    async def _next_cut(self, audio: Audio, pos: int) -> int:
+        if len(audio.samples) - pos <= self.segmenter.max_samples:
+            return len(audio.samples)
+        try:
+            return await asyncio.to_thread(self.segmenter.next_cut, audio.samples, pos)
+        except ModelLoadError as exc:
+            raise ModelUnavailableError(str(exc)) from exc
+
+    @staticmethod
+    def _shift(
+        index: int, span: Span, result: TranscribeResult, job_seconds: float, options: Options
+    ) -> SegmentResult:
+        offset = span.start_s
+        segments = []
+        for s in result.segments:
+            s.start, s.end = s.start + offset, min(s.end + offset, span.end_s)
+            for w in s.words:
+                w.start, w.end = w.start + offset, min(w.end + offset, span.end_s)
+            s.text = collapse_repetitions(s.text)
+            if s.text:
+                segments.append(s)
+        if options.word_timestamps:
+            ensure_words(segments)
+        return SegmentResult(
+            index=index,
+            span=span,
             text=collapse_repetitions(result.text),
-            language=result.language or language,
-            duration=len(audio.samples) / SAMPLE_RATE,
-            segments=result.segments,
+            language=result.language,
+            segments=segments,
             engine_seconds=result.engine_seconds,
             job_seconds=job_seconds,
         )
+
+
+def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Transcription:
+    languages = [p.language for p in parts if p.language and p.text]
+    detected = max(set(languages), key=languages.count) if languages else None
+    return Transcription(
+        text=join_texts([p.text for p in parts]),
+        language=language or detected or (parts[0].language if parts else None),
+        duration=len(audio.samples) / SAMPLE_RATE,
+        segments=[s for p in parts for s in p.segments],
+        engine_seconds=sum(p.engine_seconds for p in parts),
+        job_seconds=sum(p.job_seconds for p in parts),
+    )

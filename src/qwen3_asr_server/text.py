@@ -107,3 +107,47 @@ def collapse_repetitions(text: str, min_repeats: int = 4, max_ngram: int = 4) ->
                 i += 1
         words = out
     return " ".join(words) if changed else text
+
+
+def is_cjk(char: str) -> bool:
+    """Chinese, Japanese kana, Korean Hangul and their full-width punctuation."""
+    code = ord(char)
+    return (
+        0x3000 <= code <= 0x30FF  # CJK punctuation, Hiragana, Katakana
+        or 0x3400 <= code <= 0x4DBF  # CJK Extension A
+        or 0x4E00 <= code <= 0x9FFF  # CJK Unified Ideographs
+        or 0xAC00 <= code <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+    )
+
+
+def join_texts(parts: list[str]) -> str:
+    """Join segment texts: a space between words, none between two CJK characters."""
+    out = ""
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        if out and not (is_cjk(out[-1]) and is_cjk(part[0])):
+            out += " "
+        out += part
+    return out
+
+
+def split_words(text: str) -> list[str]:
+    """Space-separated words; each CJK character is its own word."""
+    words: list[str] = []
+    for token in text.split():
+        buf = ""
+        for char in token:
+            if is_cjk(char):
+                if buf:
+                    words.append(buf)
+                    buf = ""
+                words.append(char)
+            else:
+                buf += char
+        if buf:
+            words.append(buf)
+    return words

@@ -1,24 +1,28 @@
-"""POST /v1/audio/transcriptions (OpenAI form fields)."""
+"""POST /v1/audio/transcriptions (OpenAI form fields) and the seed's SSE
+/v1/audio/transcriptions/stream."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..audio import Audio, decode_audio
-from ..errors import TooLargeError
-from ..service import Transcription
-from ..text import language_name
+from ..errors import BadRequestError, TooLargeError
+from ..formats import json_body, language_label, to_srt, to_vtt, verbose_json_body
+from ..service import Options, Transcription
+from ..text import join_texts
 from .deps import AppContext, get_ctx, require_api_key
+from .sse import sse_response
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-ResponseFormat = Literal["json", "text"]
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+GRANULARITIES = {"word", "segment"}
 
 
 async def read_upload(ctx: AppContext, file: UploadFile) -> Audio:
@@ -39,16 +43,6 @@ async def read_upload(ctx: AppContext, file: UploadFile) -> Audio:
     )
 
 
-def json_body(result: Transcription) -> dict[str, Any]:
-    name = language_name(result.language)
-    return {
-        "text": result.text,
-        "language": (name or result.language or "").lower() or None,
-        "duration": round(result.duration, 3),
-        "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
-    }
-
-
 def server_timing(result: Transcription, decode_seconds: float) -> str:
     """`Server-Timing` header: where the request's time went, in milliseconds."""
     queue = max(0.0, result.job_seconds - result.engine_seconds)
@@ -56,11 +50,76 @@ def server_timing(result: Transcription, decode_seconds: float) -> str:
     return ", ".join(f"{name};dur={seconds * 1000:.1f}" for name, seconds in parts)
 
 
-def format_response(result: Transcription, response_format: str, timing: str) -> Response:
-    headers = {"Server-Timing": timing}
+def format_response(
+    result: Transcription, response_format: str, options: Options, headers: dict[str, str]
+) -> Response:
     if response_format == "text":
         return PlainTextResponse(result.text, headers=headers)
-    return JSONResponse(json_body(result), headers=headers)
+    if response_format == "srt":
+        return PlainTextResponse(to_srt(result.segments), headers=headers)
+    if response_format == "vtt":
+        return PlainTextResponse(to_vtt(result.segments), media_type="text/vtt", headers=headers)
+    if response_format == "verbose_json":
+        body = verbose_json_body(
+            result, words=options.word_timestamps, temperature=options.temperature
+        )
+        return JSONResponse(body, headers=headers)
+    body = json_body(result)
+    if options.word_timestamps:  # the seed's return_timestamps=true
+        body["words"] = [
+            {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+            for s in result.segments
+            for w in s.words
+        ]
+    return JSONResponse(body, headers=headers)
+
+
+def parse_granularities(values: list[str] | None) -> set[str]:
+    chosen = {v.strip() for v in values or [] if v.strip()}
+    unknown = chosen - GRANULARITIES
+    if unknown:
+        raise BadRequestError(
+            f"Unknown timestamp granularity {sorted(unknown)[0]!r}; use word or segment.",
+            param="timestamp_granularities",
+        )
+    return chosen
+
+
+async def openai_events(
+    ctx: AppContext, audio: Audio, options: Options
+) -> AsyncIterator[dict[str, Any]]:
+    texts: list[str] = []
+    async for part in ctx.transcriber.stream(audio, options):
+        if not part.text:
+            continue
+        delta = join_texts([*texts, part.text])[len(join_texts(texts)) :]
+        texts.append(part.text)
+        yield {"type": "transcript.text.delta", "delta": delta}
+    yield {"type": "transcript.text.done", "text": join_texts(texts)}
+
+
+async def seed_events(
+    ctx: AppContext, audio: Audio, options: Options
+) -> AsyncIterator[dict[str, Any]]:
+    parts = []
+    async for part in ctx.transcriber.stream(audio, options):
+        parts.append(part)
+        yield {
+            "type": "segment",
+            "index": part.index,
+            "start": round(part.span.start_s, 3),
+            "end": round(part.span.end_s, 3),
+            "text": part.text,
+            "language": language_label(part.language),
+        }
+    languages = [p.language for p in parts if p.language and p.text]
+    yield {
+        "type": "done",
+        "text": join_texts([p.text for p in parts]),
+        "language": language_label(options.language or (languages[0] if languages else None)),
+        "duration": round(audio.duration, 3),
+        "segments": len(parts),
+    }
 
 
 @router.post("/v1/audio/transcriptions")
@@ -72,13 +131,45 @@ async def create_transcription(
     prompt: Annotated[str | None, Form()] = None,
     response_format: Annotated[ResponseFormat, Form()] = "json",
     temperature: Annotated[float | None, Form()] = None,
+    timestamp_granularities: Annotated[
+        list[str] | None, Form(alias="timestamp_granularities[]")
+    ] = None,
+    stream: Annotated[bool, Form()] = False,
+    return_timestamps: Annotated[bool, Form()] = False,
 ) -> Response:
     """`model` is accepted for compatibility; the server always uses the model it serves."""
     service = ctx.transcriber
     code = service.resolve_language(language)
     service.check_options(prompt, temperature)
+    granularities = parse_granularities(timestamp_granularities)
+    if stream and response_format not in ("json", "text"):
+        raise BadRequestError(
+            "stream=true returns transcript.text.* events; use response_format json or text.",
+            param="stream",
+        )
+    words = return_timestamps or ("word" in granularities and response_format == "verbose_json")
+    options = Options(code, prompt, temperature, words)
     started = time.perf_counter()
     audio = await read_upload(ctx, file)
     decode_seconds = time.perf_counter() - started
-    result = await service.transcribe(audio, language=code, prompt=prompt, temperature=temperature)
-    return format_response(result, response_format, server_timing(result, decode_seconds))
+    if stream:
+        return sse_response(openai_events(ctx, audio, options))
+    result = await service.transcribe(audio, options)
+    headers = {"Server-Timing": server_timing(result, decode_seconds)}
+    return format_response(result, response_format, options, headers)
+
+
+@router.post("/v1/audio/transcriptions/stream")
+async def stream_transcription(
+    file: Annotated[UploadFile, File(description="The audio file to transcribe.")],
+    ctx: Annotated[AppContext, Depends(get_ctx)],
+    model: Annotated[str | None, Form()] = None,
+    language: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    temperature: Annotated[float | None, Form()] = None,
+) -> Response:
+    """The seed's SSE endpoint: one `segment` event per finished segment, then `done`."""
+    code = ctx.transcriber.resolve_language(language)
+    ctx.transcriber.check_options(prompt, temperature)
+    audio = await read_upload(ctx, file)
+    return sse_response(seed_events(ctx, audio, Options(code, prompt, temperature)))

@@ -1,0 +1,96 @@
+"""Response bodies: json, text, verbose_json, srt, vtt."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .engines.base import Segment
+from .service import Transcription
+from .text import language_name
+
+
+def language_label(code: str | None) -> str | None:
+    """OpenAI reports the language as a lower-case English name (`english`)."""
+    name = language_name(code)
+    return (name or code or "").lower() or None
+
+
+def json_body(result: Transcription) -> dict[str, Any]:
+    return {
+        "text": result.text,
+        "language": language_label(result.language),
+        "duration": round(result.duration, 3),
+        "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
+    }
+
+
+def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
+    return {
+        "id": i,
+        "seek": round(s.start * 100),  # 10 ms frames, as whisper counts them
+        "start": round(s.start, 3),
+        "end": round(s.end, 3),
+        "text": s.text,
+        "tokens": s.tokens,
+        "temperature": temperature if temperature is not None else 0.0,
+        "avg_logprob": s.avg_logprob,  # null where the engine has no such number
+        "compression_ratio": s.compression_ratio,
+        "no_speech_prob": s.no_speech_prob,
+    }
+
+
+def verbose_json_body(
+    result: Transcription, *, words: bool, temperature: float | None, task: str = "transcribe"
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "task": task,
+        "language": language_label(result.language),
+        "duration": round(result.duration, 3),
+        "text": result.text,
+        "segments": [_segment(i, s, temperature) for i, s in enumerate(result.segments)],
+        "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
+    }
+    if words:
+        body["words"] = [
+            {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+            for s in result.segments
+            for w in s.words
+        ]
+    return body
+
+
+def timestamp(seconds: float, sep: str) -> str:
+    ms = max(0, round(seconds * 1000))
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    secs, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{sep}{ms:03d}"
+
+
+def cues(segments: list[Segment]) -> list[tuple[float, float, str]]:
+    """Non-empty, non-overlapping (start, end, text) cues."""
+    out: list[tuple[float, float, str]] = []
+    for s in segments:
+        text = " ".join(s.text.split())
+        if not text:
+            continue
+        start = max(s.start, out[-1][1]) if out else s.start
+        end = max(s.end, start + 0.001)
+        out.append((start, end, text))
+    return out
+
+
+def to_srt(segments: list[Segment]) -> str:
+    blocks = [
+        f"{i}\n{timestamp(a, ',')} --> {timestamp(b, ',')}\n{text}\n"
+        for i, (a, b, text) in enumerate(cues(segments), start=1)
+    ]
+    return "\n".join(blocks)
+
+
+def to_vtt(segments: list[Segment]) -> str:
+    blocks = [
+        f"{timestamp(a, '.')} --> {timestamp(b, '.')}\n{text}\n" for a, b, text in cues(segments)
+    ]
+    return "WEBVTT\n\n" + "\n".join(blocks)

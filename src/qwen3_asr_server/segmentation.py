@@ -1,0 +1,94 @@
+"""Cut long audio into segments of at most `max_seconds`, at pauses.
+
+Only the last `search_seconds` before each forced cut are examined, so the cost is a few
+VAD frames per segment, not a pass over the whole file. Segments are views into the
+decoded array (`samples[start:end]`), never copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .vad import FRAME, SileroModel
+
+SAMPLE_RATE = 16000
+SPEECH_THRESHOLD = 0.35
+ENERGY_HOP = 160  # 10 ms
+ENERGY_SMOOTH = 15  # frames: look for a 150 ms quiet stretch, not one quiet sample
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # sample index, inclusive
+    end: int  # sample index, exclusive
+
+    @property
+    def start_s(self) -> float:
+        return self.start / SAMPLE_RATE
+
+    @property
+    def end_s(self) -> float:
+        return self.end / SAMPLE_RATE
+
+
+class Segmenter:
+    def __init__(
+        self,
+        max_seconds: float = 30.0,
+        vad: SileroModel | None = None,
+        search_seconds: float = 8.0,
+    ) -> None:
+        self.max_samples = int(max_seconds * SAMPLE_RATE)
+        self.search_samples = min(int(search_seconds * SAMPLE_RATE), self.max_samples // 2)
+        self.vad = vad
+
+    def spans(self, samples: np.ndarray) -> Iterator[Span]:
+        """Yield consecutive spans covering `samples` exactly, each ≤ max_seconds."""
+        pos, total = 0, len(samples)
+        while pos < total:
+            end = self.next_cut(samples, pos)
+            yield Span(pos, end)
+            pos = end
+
+    def next_cut(self, samples: np.ndarray, pos: int) -> int:
+        total = len(samples)
+        if total - pos <= self.max_samples:
+            return total
+        lo = pos + self.max_samples - self.search_samples
+        window = samples[lo : pos + self.max_samples]
+        offset = self._vad_pause(window) if self.vad is not None else None
+        if offset is None:
+            offset = quietest_point(window)
+        return lo + max(1, offset)
+
+    def _vad_pause(self, window: np.ndarray) -> int | None:
+        """Middle of the longest run of non-speech frames, or None if all is speech."""
+        assert self.vad is not None
+        probs = self.vad.stream().probs(window)
+        quiet = probs < SPEECH_THRESHOLD
+        best_len, best_start, run_start = 0, 0, None
+        for i, q in enumerate([*quiet.tolist(), False]):
+            if q and run_start is None:
+                run_start = i
+            elif not q and run_start is not None:
+                if i - run_start > best_len:
+                    best_len, best_start = i - run_start, run_start
+                run_start = None
+        if best_len == 0:
+            return None
+        return int((best_start + best_len / 2) * FRAME)
+
+
+def quietest_point(window: np.ndarray) -> int:
+    """Sample offset of the centre of the quietest ~150 ms of `window` (energy fallback)."""
+    hops = len(window) // ENERGY_HOP
+    if hops < ENERGY_SMOOTH:
+        return len(window) // 2
+    frames = window[: hops * ENERGY_HOP].reshape(hops, ENERGY_HOP)
+    energy = np.sqrt(np.mean(frames.astype(np.float64) ** 2, axis=1))
+    smooth = np.convolve(energy, np.ones(ENERGY_SMOOTH) / ENERGY_SMOOTH, mode="valid")
+    best = int(np.argmin(smooth)) + ENERGY_SMOOTH // 2
+    return best * ENERGY_HOP + ENERGY_HOP // 2

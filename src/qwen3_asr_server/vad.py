@@ -1,0 +1,92 @@
+"""Silero VAD (the ONNX model shipped in the `silero-vad` package) on onnxruntime + numpy.
+
+The package itself is never imported: `import silero_vad` imports torch and calls
+`torch.set_num_threads(1)` for the whole process. We only read its ONNX file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .engines.base import ModelLoadError
+
+FRAME = 512  # samples per VAD frame at 16 kHz (32 ms); the model takes exactly this
+CONTEXT = 64  # samples of the previous frame the model expects in front of each frame
+SAMPLE_RATE = 16000
+
+
+def silero_onnx_path() -> Path:
+    spec = importlib.util.find_spec("silero_vad")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "Silero VAD is not installed: pip install 'qwen3-asr-server[vad]' "
+            "(or set SEGMENT_VAD=false to cut long audio by energy)."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
+    if not path.is_file():
+        raise ModelLoadError(f"silero-vad is installed but {path} is missing.")
+    return path
+
+
+class SileroModel:
+    """One onnxruntime session, loaded on first use, shared by any number of streams."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._session: Any = None
+        self._lock = threading.Lock()
+
+    def session(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                try:
+                    import onnxruntime
+                except ImportError as exc:
+                    raise ModelLoadError(
+                        "Silero VAD needs onnxruntime: pip install 'qwen3-asr-server[vad]'."
+                    ) from exc
+                opts = onnxruntime.SessionOptions()
+                opts.inter_op_num_threads = 1
+                opts.intra_op_num_threads = 1
+                path = self._path or silero_onnx_path()
+                self._session = onnxruntime.InferenceSession(
+                    str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+                )
+            return self._session
+
+    def stream(self) -> VADStream:
+        return VADStream(self)
+
+
+class VADStream:
+    """Recurrent state for one audio stream. Not thread-safe; one per session/job."""
+
+    def __init__(self, model: SileroModel) -> None:
+        self._model = model
+        self.reset()
+
+    def reset(self) -> None:
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros((1, CONTEXT), dtype=np.float32)
+
+    def prob(self, frame: np.ndarray) -> float:
+        """Speech probability of one 512-sample frame (float32, 16 kHz)."""
+        x = np.concatenate([self._context, frame.reshape(1, FRAME).astype(np.float32)], axis=1)
+        out, self._state = self._model.session().run(
+            None, {"input": x, "state": self._state, "sr": np.array(SAMPLE_RATE, dtype=np.int64)}
+        )
+        self._context = x[:, -CONTEXT:]
+        return float(out.reshape(-1)[0])
+
+    def probs(self, samples: np.ndarray) -> np.ndarray:
+        """Probabilities for each whole frame of `samples` (a trailing part frame is ignored)."""
+        count = len(samples) // FRAME
+        return np.array(
+            [self.prob(samples[i * FRAME : (i + 1) * FRAME]) for i in range(count)],
+            dtype=np.float32,
+        )
