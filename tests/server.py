@@ -32,7 +32,11 @@ class LiveServer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        asyncio.run(self.server.serve())
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self.server_loop = asyncio.get_running_loop()
+        await self.server.serve()
 
     def start(self, timeout: float = 30.0) -> None:
         self.thread.start()

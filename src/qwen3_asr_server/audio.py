@@ -75,6 +75,34 @@ def _check_duration(seconds: float, max_seconds: float | None) -> None:
         )
 
 
+class _Growing:
+    """A float32 buffer filled block by block: one allocation when the length is known up
+    front, doubling otherwise. `result()` is a view, so the decoded audio exists once."""
+
+    def __init__(self, capacity: int) -> None:
+        self._buf = np.empty(max(capacity, SAMPLE_RATE), dtype=np.float32)
+        self._len = 0
+
+    def add(self, block: np.ndarray) -> None:
+        need = self._len + len(block)
+        if need > len(self._buf):
+            grown = np.empty(max(need, 2 * len(self._buf)), dtype=np.float32)
+            grown[: self._len] = self._buf[: self._len]
+            self._buf = grown
+        self._buf[self._len : need] = block
+        self._len = need
+
+    def __len__(self) -> int:
+        return self._len
+
+    def result(self) -> np.ndarray:
+        return self._buf[: self._len]
+
+
+def _mono(block: np.ndarray) -> np.ndarray:
+    return block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
+
+
 def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
     try:
         info = sf.info(io.BytesIO(data))
@@ -82,36 +110,41 @@ def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
         return _decode_with_av(data, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
     if info.frames > 0:  # some formats report no frame count until decoded
         _check_duration(info.frames / info.samplerate, max_seconds)
+    rate = int(info.samplerate)
+    out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE)
+    resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
+                mono = _mono(block)
+                out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
     except Exception as exc:
         raise UnsupportedMediaError(f"Could not decode the audio: {exc}", param="file") from exc
-    mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
-    return Audio(resample(mono, int(rate)), int(rate))
+    if rate != SAMPLE_RATE:
+        out.add(resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+    return Audio(out.result(), rate)
 
 
 def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) -> Audio:
     import av  # PyAV: FFmpeg bindings, imported only for formats soundfile cannot read
 
     limit = int(max_seconds * SAMPLE_RATE) + SAMPLE_RATE if max_seconds else None
-    chunks: list[np.ndarray] = []
-    total = 0
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.audio:
                 raise UnsupportedMediaError("The file has no audio stream.", param="file")
             stream = container.streams.audio[0]
             source_rate = int(stream.rate or SAMPLE_RATE)
+            seconds = (container.duration or 0) / 1_000_000  # av.time_base is microseconds
+            out = _Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE)
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             for frame in container.decode(stream):
-                for out in resampler.resample(frame):
-                    chunk = out.to_ndarray().reshape(-1).astype(np.float32, copy=False)
-                    chunks.append(chunk)
-                    total += len(chunk)
-                if limit is not None and total > limit:
-                    _check_duration(total / SAMPLE_RATE, max_seconds)
-            for out in resampler.resample(None):
-                chunks.append(out.to_ndarray().reshape(-1).astype(np.float32, copy=False))
+                for chunk in resampler.resample(frame):
+                    out.add(chunk.to_ndarray().reshape(-1))
+                if limit is not None and len(out) > limit:
+                    _check_duration(len(out) / SAMPLE_RATE, max_seconds)
+            for chunk in resampler.resample(None):
+                out.add(chunk.to_ndarray().reshape(-1))
     except (UnsupportedMediaError, TooLargeError):
         raise
     except Exception as exc:
@@ -120,5 +153,4 @@ def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) ->
             f"{first_error}; ffmpeg: {str(exc).split(':')[0]}).",
             param="file",
         ) from exc
-    samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    return Audio(samples, source_rate)
+    return Audio(out.result(), source_rate)

@@ -10,6 +10,7 @@ seed's queue died exactly there, see DESIGN.md §4).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import threading
@@ -34,6 +35,8 @@ class _Job(Generic[T]):
     fn: Callable[[], T] = field(compare=False)
     future: asyncio.Future[T] = field(compare=False)
     loop: asyncio.AbstractEventLoop = field(compare=False)
+    # The caller's context (request id for the logs) travels with the job to the thread.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context, compare=False)
     state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
 
 
@@ -153,7 +156,7 @@ class PriorityScheduler:
         result: Any = None
         error: BaseException | None = None
         try:
-            result = job.fn()
+            result = job.context.run(job.fn)
             self.completed += 1
         except BaseException as exc:  # the worker must outlive any job
             self.failed += 1

@@ -1,0 +1,83 @@
+"""SRT / VTT / verbose_json bodies, parsed with standard libraries."""
+
+from __future__ import annotations
+
+import io
+
+import srt
+import webvtt
+
+from qwen3_asr_server.engines.base import Segment, Word
+from qwen3_asr_server.formats import timestamp, to_srt, to_vtt, verbose_json_body
+from qwen3_asr_server.service import Transcription
+from qwen3_asr_server.timestamps import spread_words
+
+SEGMENTS = [
+    Segment(0.0, 2.5, "Hello there."),
+    Segment(2.4, 3661.25, "Second cue, overlapping the first by 0.1 s."),
+    Segment(3661.25, 3662.0, "   "),  # empty: no cue
+    Segment(3662.0, 3663.0, "你好世界"),
+]
+
+
+def test_timestamp_format() -> None:
+    assert timestamp(3661.25, ",") == "01:01:01,250"
+    assert timestamp(0.0005, ".") == "00:00:00.000" or timestamp(0.0005, ".") == "00:00:00.001"
+    assert timestamp(-1, ",") == "00:00:00,000"
+
+
+def test_srt_parses_and_has_no_overlaps() -> None:
+    subs = list(srt.parse(to_srt(SEGMENTS)))
+    assert [s.index for s in subs] == [1, 2, 3]
+    assert subs[0].content == "Hello there."
+    assert subs[2].content == "你好世界"
+    for a, b in zip(subs, subs[1:], strict=False):
+        assert a.end <= b.start
+    assert subs[1].end.total_seconds() == 3661.25
+
+
+def test_vtt_parses() -> None:
+    captions = webvtt.from_buffer(io.StringIO(to_vtt(SEGMENTS)))
+    assert [c.text for c in captions] == ["Hello there.", SEGMENTS[1].text, "你好世界"]
+    assert captions[1].start == "00:00:02.500"
+
+
+def test_empty_transcript_gives_valid_empty_files() -> None:
+    assert list(srt.parse(to_srt([]))) == []
+    assert to_vtt([]).startswith("WEBVTT")
+
+
+def test_verbose_json_fields() -> None:
+    segs = [Segment(0, 1, "a b", words=[Word("a", 0, 0.4), Word("b", 0.5, 1)])]
+    body = verbose_json_body(Transcription("a b", "en", 1.0, segs), words=True, temperature=None)
+    assert body["task"] == "transcribe" and body["language"] == "english"
+    seg = body["segments"][0]
+    assert set(seg) == {
+        "id",
+        "seek",
+        "start",
+        "end",
+        "text",
+        "tokens",
+        "temperature",
+        "avg_logprob",
+        "compression_ratio",
+        "no_speech_prob",
+    }
+    assert seg["avg_logprob"] is None  # honest: the engine gave none
+    assert body["words"] == [
+        {"word": "a", "start": 0, "end": 0.4},
+        {"word": "b", "start": 0.5, "end": 1},
+    ]
+    assert "words" not in verbose_json_body(
+        Transcription("", None, 0.0), words=False, temperature=0.2
+    )
+
+
+def test_spread_words_is_proportional_monotonic_and_cjk_aware() -> None:
+    words = spread_words("a bbb", 0.0, 4.0)
+    assert [(w.word, w.start, w.end) for w in words] == [("a", 0.0, 1.0), ("bbb", 1.0, 4.0)]
+    cjk = spread_words("你好 world", 10.0, 12.0)
+    assert [w.word for w in cjk] == ["你", "好", "world"]
+    assert cjk[-1].end == 12.0
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(cjk, cjk[1:], strict=False))
