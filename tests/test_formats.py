@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 import srt
 import webvtt
@@ -31,7 +32,7 @@ def test_srt_parses_and_has_no_overlaps() -> None:
     assert [s.index for s in subs] == [1, 2, 3]
     assert subs[0].content == "Hello there."
     assert subs[2].content == "你好世界"
-    for a, b in zip(subs, subs[1:], strict=False):
+    for a, b in itertools.pairwise(subs):
         assert a.end <= b.start
     assert subs[1].end.total_seconds() == 3661.25
 
@@ -80,4 +81,4 @@ def test_spread_words_is_proportional_monotonic_and_cjk_aware() -> None:
     cjk = spread_words("你好 world", 10.0, 12.0)
     assert [w.word for w in cjk] == ["你", "好", "world"]
     assert cjk[-1].end == 12.0
-    assert all(a.end <= b.start + 1e-9 for a, b in zip(cjk, cjk[1:], strict=False))
+    assert all(a.end <= b.start + 1e-9 for a, b in itertools.pairwise(cjk))

@@ -4,6 +4,7 @@ speech (and the tiny Qwen checkpoint for plumbing), through the openai SDK."""
 from __future__ import annotations
 
 import io
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -108,7 +109,7 @@ def test_srt_and_vtt_parse(server: LiveServer) -> None:
     body = create(server, "three_sentences.wav", response_format="srt")
     subs = list(srt.parse(body))
     assert len(subs) >= 3
-    assert all(a.end <= b.start for a, b in zip(subs, subs[1:], strict=False))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(subs))
     vtt = create(server, "three_sentences.wav", response_format="vtt")
     captions = webvtt.from_buffer(io.StringIO(vtt))
     assert [c.text for c in captions] == [s.content for s in subs]

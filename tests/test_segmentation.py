@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -25,7 +27,7 @@ def bursts(pattern: list[tuple[str, float]]) -> np.ndarray:
 
 def check_cover(spans: list, total: int, max_samples: int) -> None:
     assert spans[0].start == 0 and spans[-1].end == total
-    for a, b in zip(spans, spans[1:], strict=False):
+    for a, b in itertools.pairwise(spans):
         assert a.end == b.start  # contiguous: nothing lost, nothing repeated
     assert all(0 < s.end - s.start <= max_samples for s in spans)
 
