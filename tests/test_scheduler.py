@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from qwen3_asr_server.errors import QueueFullError, RequestTimeoutError
-from qwen3_asr_server.scheduler import BATCH, REALTIME, PriorityScheduler
+from qwen3_asr_server.scheduler import BATCH, REALTIME, BatchSpec, PriorityScheduler
 
 
 @pytest.fixture
@@ -165,3 +165,84 @@ async def test_stop_fails_pending_jobs() -> None:
     with pytest.raises(Exception, match="shutting down"):
         await pending
     await holder
+
+
+def spec(key: str, item: int, calls: list[list[int]], fail: bool = False) -> BatchSpec:
+    def run_many(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if fail and len(items) > 1:
+            raise RuntimeError("batch exploded")
+        return [i * 10 for i in items]
+
+    return BatchSpec(key=key, item=item, run_many=run_many)
+
+
+async def test_waiting_jobs_with_the_same_key_run_as_one_batch() -> None:
+    sched = PriorityScheduler(max_queue=16, max_batch=3)
+    sched.start()
+    try:
+        holder, release = await occupy(sched)
+        calls: list[list[int]] = []
+        tasks = [
+            asyncio.create_task(
+                sched.submit(lambda i=i: i * 10, batch=spec("en" if i != 2 else "fr", i, calls))
+            )
+            for i in range(6)
+        ]
+        await asyncio.sleep(0.05)
+        release.set()
+        assert await asyncio.gather(*tasks) == [0, 10, 20, 30, 40, 50]
+        await holder
+        # FIFO within the key, at most 3 per batch; the odd key ran alone through its fn
+        assert calls == [[0, 1, 3], [4, 5]]
+        assert sched.batches == 2
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_realtime_jobs_are_not_batched_with_batch_jobs() -> None:
+    sched = PriorityScheduler(max_queue=16, max_batch=4)
+    sched.start()
+    try:
+        holder, release = await occupy(sched)
+        calls: list[list[int]] = []
+        batch = [
+            asyncio.create_task(sched.submit(lambda: 0, batch=spec("k", i, calls))) for i in (1, 2)
+        ]
+        rt = asyncio.create_task(
+            sched.submit(lambda: calls.append([9]), priority=REALTIME, batch=spec("k", 9, calls))
+        )
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(holder, rt, *batch)
+        assert calls == [[9], [1, 2]]  # realtime first, alone
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_a_failed_batch_is_retried_one_by_one() -> None:
+    sched = PriorityScheduler(max_queue=16, max_batch=4)
+    sched.start()
+    try:
+        holder, release = await occupy(sched)
+        calls: list[list[int]] = []
+
+        def single(i: int) -> int:
+            if i == 2:
+                raise ValueError("bad input 2")
+            return i * 10
+
+        tasks = [
+            asyncio.create_task(
+                sched.submit(lambda i=i: single(i), batch=spec("k", i, calls, fail=True))
+            )
+            for i in range(1, 4)
+        ]
+        await asyncio.sleep(0.05)
+        release.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await holder
+        assert results[0] == 10 and results[2] == 30  # neighbours are not lost
+        assert isinstance(results[1], ValueError)
+    finally:
+        await asyncio.to_thread(sched.stop)

@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        scheduler = PriorityScheduler(settings.max_queue)
+        scheduler = PriorityScheduler(settings.max_queue, max_batch=settings.max_batch_size)
         scheduler.start()
         manager = ModelManager(
             chosen, idle_timeout=settings.idle_timeout, busy=lambda: scheduler.busy

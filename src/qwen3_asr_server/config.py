@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     """Seconds a job may wait in the queue and run before the request gets 504."""
     max_queue: int = Field(default=64, ge=1)
     """Pending inference jobs before new requests get 503."""
+    max_batch_size: int = Field(default=4, ge=1, le=64)
+    """Waiting batch-priority jobs with compatible options run as one engine batch of up to
+    this many; 1 turns batching off. Real-time jobs are never batched."""
 
     max_upload_mb: float = Field(default=100.0, gt=0)
     """Largest accepted upload, in MB (10^6 bytes)."""

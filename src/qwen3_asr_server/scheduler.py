@@ -14,7 +14,7 @@ import contextvars
 import heapq
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -37,7 +37,18 @@ class _Job(Generic[T]):
     loop: asyncio.AbstractEventLoop = field(compare=False)
     # The caller's context (request id for the logs) travels with the job to the thread.
     context: contextvars.Context = field(default_factory=contextvars.copy_context, compare=False)
+    batch: BatchSpec | None = field(default=None, compare=False)
     state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Lets the worker run this job together with other waiting jobs of the same `key` and
+    priority: `run_many(items)` returns one result per item, in order."""
+
+    key: Hashable
+    item: Any
+    run_many: Callable[[list[Any]], list[Any]]
 
 
 def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -51,17 +62,19 @@ def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 
 class PriorityScheduler:
-    def __init__(self, max_queue: int, name: str = "inference") -> None:
+    def __init__(self, max_queue: int, max_batch: int = 1, name: str = "inference") -> None:
         self.max_queue = max_queue
+        self.max_batch = max_batch
         self._name = name
         self._heap: list[_Job[Any]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
-        self._running: _Job[Any] | None = None
+        self._running = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.completed = 0
         self.failed = 0
+        self.batches = 0  # engine calls that ran more than one job
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -94,19 +107,27 @@ class PriorityScheduler:
 
     @property
     def busy(self) -> bool:
-        return self._running is not None
+        return self._running > 0
 
     # -- submit ------------------------------------------------------------------------
     async def submit(
-        self, fn: Callable[[], T], *, priority: int = BATCH, timeout: float | None = None
+        self,
+        fn: Callable[[], T],
+        *,
+        priority: int = BATCH,
+        timeout: float | None = None,
+        batch: BatchSpec | None = None,
     ) -> T:
         """Run `fn` on the inference thread and return its result.
+
+        With `batch`, the worker may instead run this job inside one `run_many` call with
+        other waiting jobs of the same key and priority (up to `max_batch`).
 
         Raises QueueFullError (503) when the queue is full and RequestTimeoutError (504)
         when `timeout` seconds pass first. Cancelling the awaiting task cancels the job.
         """
         loop = asyncio.get_running_loop()
-        job: _Job[T] = _Job(priority, next(self._seq), fn, loop.create_future(), loop)
+        job: _Job[T] = _Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
             if self._stopping or self._thread is None:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
@@ -148,21 +169,67 @@ class PriorityScheduler:
                 job = heapq.heappop(self._heap)
                 if job.state != "pending":
                     continue
-                job.state = "running"
-                self._running = job
-            self._run(job)
+                group = [job, *self._partners(job)]
+                for member in group:
+                    member.state = "running"
+                self._running = len(group)
+            if len(group) == 1:
+                self._run_one(job)
+            else:
+                self._run_group(group)
+            with self._cond:
+                self._running = 0
 
-    def _run(self, job: _Job[Any]) -> None:
-        result: Any = None
-        error: BaseException | None = None
+    def _partners(self, first: _Job[Any]) -> list[_Job[Any]]:
+        """Waiting jobs that may share an engine call with `first` (lock held)."""
+        if first.batch is None or self.max_batch < 2:
+            return []
+        same = [
+            j
+            for j in sorted(self._heap)
+            if j.batch is not None
+            and j.state == "pending"
+            and j.priority == first.priority
+            and j.batch.key == first.batch.key
+        ][: self.max_batch - 1]
+        if same:
+            chosen = {id(j) for j in same}
+            self._heap = [j for j in self._heap if id(j) not in chosen]
+            heapq.heapify(self._heap)
+        return same
+
+    def _run_one(self, job: _Job[Any]) -> None:
         try:
             result = job.context.run(job.fn)
-            self.completed += 1
         except BaseException as exc:  # the worker must outlive any job
+            self._finish(job, None, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        else:
+            self._finish(job, result, None)
+
+    def _run_group(self, group: list[_Job[Any]]) -> None:
+        spec = group[0].batch
+        assert spec is not None
+        try:
+            items = [j.batch.item for j in group if j.batch is not None]
+            results = group[0].context.run(spec.run_many, items)
+            if len(results) != len(group):
+                raise RuntimeError(f"run_many returned {len(results)} results for {len(group)}")
+        except BaseException as exc:
+            # One bad input must not fail its neighbours: retry each job on its own.
+            logger.warning("a batch of {} failed ({!r}); running them one by one", len(group), exc)
+            for job in group:
+                self._run_one(job)
+            return
+        self.batches += 1
+        for job, result in zip(group, results, strict=True):
+            self._finish(job, result, None)
+
+    def _finish(self, job: _Job[Any], result: Any, error: BaseException | None) -> None:
+        if error is None:
+            self.completed += 1
+        else:
             self.failed += 1
-            error = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
         with self._cond:
-            self._running = None
             dropped = job.state == "cancelled"
             job.state = "done"
         if dropped:

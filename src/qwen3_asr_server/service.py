@@ -14,7 +14,7 @@ from .config import Settings
 from .engines.base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult
 from .errors import APIError, BadRequestError, InferenceError, ModelUnavailableError
 from .lifecycle import ModelManager
-from .scheduler import BATCH, PriorityScheduler
+from .scheduler import BATCH, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
 from .text import collapse_repetitions, join_texts, parse_language
 from .timestamps import ensure_words
@@ -120,12 +120,15 @@ class TranscriptionService:
                     temperature=options.temperature,
                     word_timestamps=options.word_timestamps,
                 )
+                key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
+                batch = BatchSpec(key, request, engine.transcribe_batch) if key is not None else None
                 submitted = time.perf_counter()
                 try:
                     result: TranscribeResult = await self.scheduler.submit(
                         lambda r=request: engine.transcribe(r),  # type: ignore[misc]
                         priority=options.priority,
                         timeout=self.settings.request_timeout,
+                        batch=batch,
                     )
                 except APIError:  # queue full, timeout, shutting down
                     raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,3 +73,9 @@ class Engine(Protocol):
     def unload(self) -> None: ...
 
     def transcribe(self, request: TranscribeRequest) -> TranscribeResult: ...
+
+    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
+        """Requests with equal keys may share one `transcribe_batch` call; None: never."""
+        ...
+
+    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]: ...

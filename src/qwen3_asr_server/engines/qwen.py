@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Hashable
 from typing import Any
 
 from ..text import QWEN_LANGUAGES, language_code, language_name
@@ -86,23 +87,35 @@ class QwenEngine:
             torch.cuda.empty_cache()
 
     def transcribe(self, request: TranscribeRequest) -> TranscribeResult:
+        return self.transcribe_batch([request])[0]
+
+    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
+        return "qwen"  # the SDK takes a language and a context per item
+
+    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]:
         if self._model is None:
             raise RuntimeError("QwenEngine.transcribe called before load()")
         started = time.perf_counter()
         # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
-        (result,) = self._model.transcribe(
-            audio=(request.audio, SAMPLE_RATE),
-            context=request.prompt or "",
-            language=language_name(request.language),
+        results = self._model.transcribe(
+            audio=[(r.audio, SAMPLE_RATE) for r in requests],
+            context=[r.prompt or "" for r in requests],
+            language=[language_name(r.language) for r in requests],
         )
-        text = (result.text or "").strip()
-        duration = len(request.audio) / SAMPLE_RATE
-        return TranscribeResult(
-            text=text,
-            language=language_code(result.language) or request.language,
-            segments=[Segment(start=0.0, end=duration, text=text)] if text else [],
-            engine_seconds=time.perf_counter() - started,
-        )
+        share = (time.perf_counter() - started) / len(requests)
+        out = []
+        for request, result in zip(requests, results, strict=True):
+            text = (result.text or "").strip()
+            duration = len(request.audio) / SAMPLE_RATE
+            out.append(
+                TranscribeResult(
+                    text=text,
+                    language=language_code(result.language) or request.language,
+                    segments=[Segment(start=0.0, end=duration, text=text)] if text else [],
+                    engine_seconds=share,
+                )
+            )
+        return out
 
 
 def _attention(cuda: bool) -> str:

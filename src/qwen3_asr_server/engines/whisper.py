@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult, Word
 
 BUNDLED = "whisper-tiny.en"
+SAMPLE_RATE = 16000
 
 
 def resolve_model_path(model_id: str) -> str:
@@ -41,6 +45,7 @@ class WhisperEngine:
         self._cpu_threads = cpu_threads
         self._beam_size = beam_size
         self._model: Any = None
+        self._batched: Any = None
         self._device: str | None = None
 
     @property
@@ -57,7 +62,7 @@ class WhisperEngine:
 
     def load(self) -> None:
         import ctranslate2
-        from faster_whisper import WhisperModel
+        from faster_whisper import BatchedInferencePipeline, WhisperModel
 
         cuda_count = ctranslate2.get_cuda_device_count()
         cuda = self._device_setting == "cuda" or (self._device_setting == "auto" and cuda_count > 0)
@@ -79,10 +84,12 @@ class WhisperEngine:
                 f"{str(exc)[:300]}). Offline? Set MODEL_ID to a local CTranslate2 model directory "
                 "or to whisper-tiny.en (bundled)."
             ) from exc
+        self._batched = BatchedInferencePipeline(self._model)
         self._device = "cuda" if cuda else "cpu"
 
     def unload(self) -> None:
         self._model = None
+        self._batched = None
         self._device = None
         gc.collect()
 
@@ -112,16 +119,69 @@ class WhisperEngine:
             engine_seconds=time.perf_counter() - started,
         )
 
+    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
+        language = request.language or ("en" if self.english_only else None)
+        if language is None:  # the batched pipeline detects one language for all items
+            return None
+        return (language, request.prompt, request.temperature, request.word_timestamps)
 
-def _segment(piece: Any) -> Segment:
+    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]:
+        """Several ≤30 s requests with the same options in one batched decode: the audios
+        are laid end to end and each is one clip of faster-whisper's batched pipeline."""
+        if self._batched is None:
+            raise RuntimeError("WhisperEngine.transcribe_batch called before load()")
+        if len(requests) == 1:
+            return [self.transcribe(requests[0])]
+        first = requests[0]
+        started = time.perf_counter()
+        offsets, clips, pos = [], [], 0.0
+        for r in requests:
+            seconds = len(r.audio) / SAMPLE_RATE
+            offsets.append(pos)
+            clips.append({"start": pos, "end": pos + seconds})
+            pos += seconds
+        pieces, _ = self._batched.transcribe(
+            np.concatenate([r.audio for r in requests]),
+            language=first.language or "en",
+            initial_prompt=first.prompt or None,
+            temperature=first.temperature or 0.0,
+            beam_size=self._beam_size,
+            word_timestamps=first.word_timestamps,
+            clip_timestamps=clips,
+            batch_size=len(requests),
+        )
+        per_request: list[list[Segment]] = [[] for _ in requests]
+        for piece in pieces:
+            index = max(i for i, off in enumerate(offsets) if piece.start >= off - 0.01)
+            segment = _segment(piece, shift=offsets[index])
+            if segment.text:
+                per_request[index].append(segment)
+        share = (time.perf_counter() - started) / len(requests)
+        return [
+            TranscribeResult(
+                text=" ".join(s.text for s in segments),
+                language=first.language or "en",
+                segments=segments,
+                engine_seconds=share,
+            )
+            for segments in per_request
+        ]
+
+
+def _segment(piece: Any, shift: float = 0.0) -> Segment:
     words = [
-        Word(word=w.word.strip(), start=float(w.start), end=float(w.end), probability=w.probability)
+        Word(
+            word=w.word.strip(),
+            start=float(w.start) - shift,
+            end=float(w.end) - shift,
+            probability=w.probability,
+        )
         for w in (piece.words or [])
         if w.word.strip()
     ]
     return Segment(
-        start=float(piece.start),
-        end=float(piece.end),
+        start=max(0.0, float(piece.start) - shift),
+        end=max(0.0, float(piece.end) - shift),
         text=piece.text.strip(),
         words=words,
         avg_logprob=float(piece.avg_logprob),

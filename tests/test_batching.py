@@ -1,0 +1,89 @@
+"""Engine batching through the API: results must match the unbatched ones, per request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import speech
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.config import Settings
+from qwen3_asr_server.engines import create_engine
+from server import LiveServer, live_server
+from wer import normalize
+
+pytestmark = pytest.mark.slow
+
+FILES = ["sentence_02.wav", "sentence_08.wav", "sentence_09.wav", "sentence_10.wav"]
+
+
+class SlowSingles:
+    """The real engine, with single (unbatched) calls slowed so that others queue up."""
+
+    def __init__(self, engine: Any, delay: float) -> None:
+        self.inner, self.delay = engine, delay
+        self.name, self.model_id = engine.name, engine.model_id
+        self.batch_sizes: list[int] = []
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.inner, item)
+
+    def transcribe(self, request: Any) -> Any:
+        time.sleep(self.delay)
+        return self.inner.transcribe(request)
+
+    def transcribe_batch(self, requests: list[Any]) -> list[Any]:
+        self.batch_sizes.append(len(requests))
+        return self.inner.transcribe_batch(requests)
+
+
+def concurrent(srv: LiveServer, files: list[str], **kw: Any) -> dict[str, str]:
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    out: dict[str, str] = {}
+
+    def one(name: str) -> None:
+        result = client.audio.transcriptions.create(
+            model="whisper-1", file=(name, speech.path(name).read_bytes()), **kw
+        )
+        out[name] = result.text
+
+    threads = []
+    for name in files:
+        threads.append(threading.Thread(target=one, args=(name,)))
+        threads[-1].start()
+        time.sleep(0.1)  # the first starts running, the rest queue behind it
+    for t in threads:
+        t.join(120)
+    return out
+
+
+def run(settings: Settings, files: list[str], **kw: Any) -> tuple[dict[str, str], list[int]]:
+    engine = SlowSingles(create_engine(settings), delay=1.0)
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        texts = concurrent(srv, files, **kw)
+        assert srv.ctx.scheduler.depth == 0
+    return texts, engine.batch_sizes
+
+
+def test_whisper_batch_matches_unbatched_results() -> None:
+    base: dict[str, object] = {"_env_file": None, "model_id": "whisper-tiny.en"}
+    unbatched, sizes = run(Settings(**base, max_batch_size=1), FILES)  # type: ignore[arg-type]
+    assert sizes == []
+    batched, sizes = run(Settings(**base, max_batch_size=4), FILES)  # type: ignore[arg-type]
+    assert sizes and max(sizes) >= 2  # requests that waited shared an engine call
+    for name in FILES:
+        assert normalize(batched[name]) == normalize(unbatched[name]), name
+        assert normalize(batched[name])[:10] == normalize(speech.transcripts()[name])[:10]
+
+
+def test_qwen_batch_keeps_requests_apart(tiny_qwen_dir: Path) -> None:
+    base: dict[str, object] = {"_env_file": None, "model_id": str(tiny_qwen_dir)}
+    settings = Settings(**base, max_new_tokens=6, max_batch_size=4)  # type: ignore[arg-type]
+    texts, sizes = run(settings, FILES, language="en")
+    assert sizes and max(sizes) >= 2
+    assert set(texts) == set(FILES)
