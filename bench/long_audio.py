@@ -15,7 +15,6 @@ from pathlib import Path
 from common import pct
 
 import httpx
-import numpy as np
 import soundfile as sf
 
 import speech
@@ -30,13 +29,15 @@ def vm(pid: int, field: str) -> float:
 
 
 def long_flac(minutes: int) -> Path:
-    path = Path(tempfile.gettempdir()) / f"qwen3-asr-bench-{minutes}min.flac"
+    """Exactly `minutes` long (MAX_AUDIO_SECONDS is 3600 by default)."""
+    path = Path(tempfile.gettempdir()) / f"qwen3-asr-bench-{minutes}min-v2.flac"
     if not path.exists():
         audio, rate = sf.read(speech.path("long_2min.wav"), dtype="float32")
-        reps = int(np.ceil(minutes * 60 / (len(audio) / rate)))
+        left = minutes * 60 * rate
         with sf.SoundFile(path, "w", rate, 1, format="FLAC") as f:
-            for _ in range(reps):
-                f.write(audio)
+            while left > 0:
+                f.write(audio[:left])
+                left -= min(left, len(audio))
     return path
 
 

@@ -121,7 +121,9 @@ class TranscriptionService:
                     word_timestamps=options.word_timestamps,
                 )
                 key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
-                batch = BatchSpec(key, request, engine.transcribe_batch) if key is not None else None
+                batch = (
+                    BatchSpec(key, request, engine.transcribe_batch) if key is not None else None
+                )
                 submitted = time.perf_counter()
                 try:
                     result: TranscribeResult = await self.scheduler.submit(
