@@ -18,7 +18,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install $(TORCH_PIP_ARGS) "torch==2.13.0"
-	$(BIN)/pip install -e ".[qwen,offline,vad]"
+	$(BIN)/pip install -e ".[qwen,offline,vad,translate]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed

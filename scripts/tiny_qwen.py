@@ -28,7 +28,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tokenizer(out: Path) -> int:
+def _tokenizer(out: Path, extra: tuple[str, ...] = ()) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -36,7 +36,7 @@ def _tokenizer(out: Path) -> int:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=300,
-        special_tokens=SPECIAL,
+        special_tokens=SPECIAL + list(extra),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     corpus = ["language English<asr_text>hello world the quick brown fox", "system user assistant"]
@@ -62,8 +62,12 @@ def _tokenizer(out: Path) -> int:
     return vocab_size
 
 
-def build(out_dir: str | Path) -> Path:
-    """Write the checkpoint to `out_dir` (created) and return its path."""
+def build(out_dir: str | Path, aligner: bool = False) -> Path:
+    """Write the checkpoint to `out_dir` (created) and return its path.
+
+    `aligner=True` builds a Qwen3-ForcedAligner instead: the same architecture with a
+    `<timestamp>` token whose predicted class ids are read as multiples of 80 ms.
+    """
     from qwen_asr.core.transformers_backend import (
         Qwen3ASRConfig,
         Qwen3ASRForConditionalGeneration,
@@ -73,7 +77,7 @@ def build(out_dir: str | Path) -> Path:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vocab_size = _tokenizer(out)
+    vocab_size = _tokenizer(out, ("<timestamp>",) if aligner else ())
     ids = Tokenizer.from_file(str(out / "tokenizer.json"))
     audio = dict(
         num_mel_bins=128,
@@ -104,6 +108,11 @@ def build(out_dir: str | Path) -> Path:
             audio_start_token_id=ids.token_to_id("<|audio_start|>"),
         ),
         support_languages=["English", "Chinese"],
+        **(
+            {"timestamp_token_id": ids.token_to_id("<timestamp>"), "timestamp_segment_time": 80}
+            if aligner
+            else {}
+        ),
     )
     Qwen3ASRForConditionalGeneration(cfg).save_pretrained(str(out))
     WhisperFeatureExtractor(feature_size=128).save_pretrained(str(out))
@@ -112,4 +121,4 @@ def build(out_dir: str | Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(sys.argv[1] if len(sys.argv) > 1 else "tiny-qwen"))
+    print(build(sys.argv[1] if len(sys.argv) > 1 else "tiny-qwen", aligner="--aligner" in sys.argv))

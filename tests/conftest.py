@@ -34,3 +34,12 @@ def qwen_settings(tiny_qwen_dir: Path):  # type: ignore[no-untyped-def]
         return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_aligner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen3-ForcedAligner checkpoint (same architecture, with a
+    `<timestamp>` token), loaded through the SDK's real Qwen3ForcedAligner."""
+    from tiny_qwen import build
+
+    return build(tmp_path_factory.mktemp("tiny-aligner"), aligner=True)

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from loguru import logger
 
 from . import __version__
-from .api import health, models, transcriptions
+from .api import health, models, subtitles, transcriptions, translations
 from .api.deps import AppContext
 from .api.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from .config import Settings
@@ -22,6 +22,7 @@ from .logging import setup_logging
 from .scheduler import PriorityScheduler
 from .segmentation import Segmenter
 from .service import TranscriptionService
+from .translate import Translator
 from .vad import SileroModel
 
 MULTIPART_SLACK = 1_000_000  # form fields and multipart framing around the file
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                     settings.segment_max_seconds, SileroModel() if settings.segment_vad else None
                 ),
             ),
+            translator=Translator(settings),
             started_at=time.monotonic(),
             started_wall=time.time(),
         )
@@ -75,4 +77,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(transcriptions.router)
+    app.include_router(subtitles.router)
+    app.include_router(translations.router)
     return app

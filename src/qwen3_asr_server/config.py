@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     """Threads for CPU inference; 0 lets the engine decide."""
     max_new_tokens: int = Field(default=1024, ge=1)
     """Upper bound on tokens the Qwen decoder generates per segment."""
+    forced_aligner_id: str | None = None
+    """Qwen3-ForcedAligner (HF id or directory, e.g. `Qwen/Qwen3-ForcedAligner-0.6B`) for word
+    timestamps with the Qwen engine in its 11 languages; loaded on first use, unloaded with
+    the model. Unset: word times are spread over each segment."""
     whisper_beam_size: int = Field(default=1, ge=1, le=10)
     """Beam width for the whisper engine; 1 (greedy) is fastest on CPU."""
 
@@ -62,6 +66,16 @@ class Settings(BaseSettings):
     inference job."""
     segment_vad: bool = True
     """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
+
+    translate_base_url: str | None = None
+    """OpenAI-compatible chat endpoint for /v1/audio/translations (e.g.
+    `http://127.0.0.1:11434/v1`). Unset: translations answer 501."""
+    translate_api_key: str | None = None
+    """API key for the translation endpoint (any string if it needs none)."""
+    translate_model: str | None = None
+    """Chat model name for translations."""
+    translate_timeout: float = Field(default=120.0, gt=0)
+    """Seconds to wait for the translation model per call."""
 
     api_key: str | None = None
     """If set, every route but /health needs `Authorization: Bearer <API_KEY>`."""

@@ -87,6 +87,18 @@ class ModelUnavailableError(ServiceUnavailableError):
         super().__init__(message, code="model_unavailable", retry_after=10)
 
 
+class NotConfiguredError(APIError):
+    status = 501
+    type = "server_error"
+    code = "not_configured"
+
+
+class BadGatewayError(APIError):
+    status = 502
+    type = "server_error"
+    code = "upstream_failed"
+
+
 class RequestTimeoutError(APIError):
     status = 504
     type = "server_error"

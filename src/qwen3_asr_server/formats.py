@@ -72,7 +72,7 @@ def cues(segments: list[Segment]) -> list[tuple[float, float, str]]:
     """Non-empty, non-overlapping (start, end, text) cues."""
     out: list[tuple[float, float, str]] = []
     for s in segments:
-        text = " ".join(s.text.split())
+        text = "\n".join(" ".join(ln.split()) for ln in s.text.splitlines() if ln.strip())
         if not text:
             continue
         start = max(s.start, out[-1][1]) if out else s.start

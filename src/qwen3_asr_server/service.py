@@ -134,6 +134,8 @@ class TranscriptionService:
                     )
                 except APIError:  # queue full, timeout, shutting down
                     raise
+                except ModelLoadError as exc:  # e.g. the forced aligner, loaded on first use
+                    raise ModelUnavailableError(str(exc)) from exc
                 except ValueError as exc:  # the engine rejected an argument
                     raise BadRequestError(str(exc)) from exc
                 except Exception as exc:

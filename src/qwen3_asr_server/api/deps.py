@@ -12,6 +12,7 @@ from ..errors import AuthError
 from ..lifecycle import ModelManager
 from ..scheduler import PriorityScheduler
 from ..service import TranscriptionService
+from ..translate import Translator
 
 
 @dataclass
@@ -22,6 +23,7 @@ class AppContext:
     manager: ModelManager
     scheduler: PriorityScheduler
     transcriber: TranscriptionService
+    translator: Translator
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
 

@@ -70,4 +70,5 @@ def create_engine(settings: Settings) -> Engine:
         dtype=settings.dtype,
         max_new_tokens=settings.max_new_tokens,
         cpu_threads=settings.cpu_threads,
+        aligner_id=settings.forced_aligner_id,
     )

@@ -53,6 +53,10 @@ class WhisperEngine:
         return self._device or self._device_setting
 
     @property
+    def word_timestamps(self) -> str:
+        return "native"
+
+    @property
     def english_only(self) -> bool:
         return self.model_id.lower().rstrip("/").endswith(".en")
 

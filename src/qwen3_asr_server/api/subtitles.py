@@ -1,0 +1,57 @@
+"""POST /v1/audio/subtitles: the seed's subtitle endpoint (SRT by default, VTT on request)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi.responses import PlainTextResponse, Response
+
+from ..errors import BadRequestError
+from ..formats import to_srt, to_vtt
+from ..service import Options
+from ..subtitles import CueRules, build_cues, cue_segments
+from .deps import AppContext, get_ctx, require_api_key
+from .transcriptions import read_upload
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+def check_accurate(ctx: AppContext) -> None:
+    engine = ctx.manager.engine
+    if engine.word_timestamps == "estimate":
+        raise BadRequestError(
+            "mode=accurate needs word timestamps from a forced aligner, and none is configured "
+            f"for the {engine.name} engine. Set FORCED_ALIGNER_ID=Qwen/Qwen3-ForcedAligner-0.6B "
+            "(or a local copy of it) and restart, or use mode=fast.",
+            param="mode",
+            code="aligner_unavailable",
+        )
+
+
+@router.post("/v1/audio/subtitles")
+async def create_subtitles(
+    file: Annotated[UploadFile, File(description="The audio file to subtitle.")],
+    ctx: Annotated[AppContext, Depends(get_ctx)],
+    model: Annotated[str | None, Form()] = None,
+    language: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    mode: Annotated[Literal["fast", "accurate"], Form()] = "fast",
+    max_line_chars: Annotated[int, Form(ge=10, le=200)] = 42,
+    response_format: Annotated[Literal["srt", "vtt"], Form()] = "srt",
+) -> Response:
+    """fast: each segment's time spread over its words by length. accurate: word times from
+    the forced aligner (Qwen) or the engine's own (whisper)."""
+    code = ctx.transcriber.resolve_language(language)
+    ctx.transcriber.check_options(prompt, None)
+    if mode == "accurate":
+        check_accurate(ctx)
+    audio = await read_upload(ctx, file)
+    result = await ctx.transcriber.transcribe(
+        audio, Options(code, prompt, None, word_timestamps=mode == "accurate")
+    )
+    cues = build_cues(result.segments, CueRules(max_line_chars=max_line_chars))
+    segments = cue_segments(cues)
+    if response_format == "vtt":
+        return PlainTextResponse(to_vtt(segments), media_type="text/vtt")
+    return PlainTextResponse(to_srt(segments))

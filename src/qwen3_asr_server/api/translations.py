@@ -1,0 +1,80 @@
+"""POST /v1/audio/translations: transcribe, then translate with an OpenAI-compatible LLM.
+
+OpenAI's semantics by default (into English); the seed's `language` sets the target.
+Subtitles keep their cue count, indices and timing: the cue texts are translated, not the file.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from ..errors import BadRequestError
+from ..formats import language_label, to_srt, to_vtt
+from ..service import Options
+from ..subtitles import CueRules, build_cues, cue_segments, join_words, wrap
+from ..text import language_name, parse_language, split_words
+from ..translate import target_name
+from .deps import AppContext, get_ctx, require_api_key
+from .transcriptions import read_upload
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+def resolve_target(value: str | None) -> str:
+    try:
+        code = parse_language(value or "en")
+    except ValueError:
+        code = None
+    if code is None:
+        raise BadRequestError(
+            f"Unsupported target language {value!r}; use an ISO-639-1 code such as en or zh.",
+            param="language",
+            code="unsupported_language",
+        )
+    return code
+
+
+@router.post("/v1/audio/translations")
+async def create_translation(
+    file: Annotated[UploadFile, File(description="The audio file to translate.")],
+    ctx: Annotated[AppContext, Depends(get_ctx)],
+    model: Annotated[str | None, Form()] = None,
+    prompt: Annotated[str | None, Form()] = None,
+    response_format: Annotated[Literal["json", "text", "srt", "vtt"], Form()] = "json",
+    temperature: Annotated[float | None, Form()] = None,
+    language: Annotated[str | None, Form(description="Target language (default en).")] = None,
+    max_line_chars: Annotated[int, Form(ge=10, le=200)] = 42,
+) -> Response:
+    ctx.translator.require()
+    code = resolve_target(language)
+    target = target_name(code, language_name(code))
+    ctx.transcriber.check_options(prompt, temperature)
+    audio = await read_upload(ctx, file)
+    result = await ctx.transcriber.transcribe(audio, Options(None, prompt, temperature))
+    if response_format in ("srt", "vtt"):
+        rules = CueRules(max_line_chars=max_line_chars)
+        cues = build_cues(result.segments, rules)
+        texts = await ctx.translator.lines([" ".join(c.lines) for c in cues], target)
+        for cue, text in zip(cues, texts, strict=True):
+            words = split_words(text)
+            cue.lines = wrap(words, rules.max_line_chars, rules.max_lines) or [join_words(words)]
+        segments = cue_segments(cues)
+        if response_format == "vtt":
+            return PlainTextResponse(to_vtt(segments), media_type="text/vtt")
+        return PlainTextResponse(to_srt(segments))
+    translated = await ctx.translator.text(result.text, target)
+    if response_format == "text":
+        return PlainTextResponse(translated)
+    return JSONResponse(
+        {
+            "text": translated,
+            "language": language_label(code),
+            "source_language": language_label(result.language),
+            "duration": round(result.duration, 3),
+            "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
+        }
+    )

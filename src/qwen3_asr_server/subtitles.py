@@ -1,0 +1,117 @@
+"""Subtitle cues from timed words: sentence and pause breaks, ≤2 lines of display width,
+minimum and maximum durations, no overlaps. CJK is measured in display columns (wide
+characters count 2) and joined without spaces."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+from .engines.base import Segment, Word
+from .text import is_cjk
+from .timestamps import ensure_words
+
+SENTENCE_END = tuple(".!?。！？…")
+CLAUSE_END = tuple(",;:，；：、")
+
+
+@dataclass(frozen=True)
+class CueRules:
+    max_line_chars: int = 42
+    max_lines: int = 2
+    min_seconds: float = 1.0
+    max_seconds: float = 7.0
+    pause_seconds: float = 0.6
+
+
+@dataclass
+class Cue:
+    start: float
+    end: float
+    lines: list[str]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def join_words(words: list[str]) -> str:
+    out = ""
+    for word in words:
+        if out and not (is_cjk(out[-1]) and is_cjk(word[0])):
+            out += " "
+        out += word
+    return out
+
+
+def wrap(words: list[str], width: int, max_lines: int) -> list[str] | None:
+    """Split into ≤ max_lines lines of ≤ width columns, as balanced as possible; None if
+    the words do not fit."""
+    if display_width(join_words(words)) <= width:
+        return [join_words(words)]
+    if max_lines < 2:
+        return None
+    best: list[str] | None = None
+    best_score = None
+    for cut in range(1, len(words)):
+        first = join_words(words[:cut])
+        rest = wrap(words[cut:], width, max_lines - 1)
+        if display_width(first) > width or rest is None:
+            continue
+        score = max(display_width(line) for line in [first, *rest])
+        if best_score is None or score < best_score:
+            best, best_score = [first, *rest], score
+    return best
+
+
+def build_cues(segments: list[Segment], rules: CueRules) -> list[Cue]:
+    ensure_words(segments)
+    words: list[Word] = [w for s in segments for w in s.words if w.word.strip()]
+    groups: list[list[Word]] = []
+    current: list[Word] = []
+    for word in words:
+        if current and _must_break(current, word, rules):
+            groups.append(current)
+            current = []
+        current.append(word)
+    if current:
+        groups.append(current)
+    cues = []
+    for group in groups:
+        texts = [w.word for w in group]
+        lines = wrap(texts, rules.max_line_chars, rules.max_lines) or [join_words(texts)]
+        cues.append(Cue(group[0].start, max(group[-1].end, group[0].start), lines))
+    return _fix_timing(cues, rules)
+
+
+def _must_break(current: list[Word], word: Word, rules: CueRules) -> bool:
+    last = current[-1]
+    duration = word.end - current[0].start
+    if word.start - last.end >= rules.pause_seconds:
+        return True
+    if last.word.endswith(SENTENCE_END) and last.end - current[0].start >= rules.min_seconds:
+        return True
+    if duration > rules.max_seconds:
+        return True
+    words = [w.word for w in [*current, word]]
+    return wrap(words, rules.max_line_chars, rules.max_lines) is None
+
+
+def _fix_timing(cues: list[Cue], rules: CueRules) -> list[Cue]:
+    """Stretch short cues toward the minimum without touching the next; never overlap."""
+    for i, cue in enumerate(cues):
+        limit = cues[i + 1].start if i + 1 < len(cues) else cue.start + rules.max_seconds
+        if i > 0:
+            cue.start = max(cue.start, cues[i - 1].end)
+        want = max(cue.end, cue.start + rules.min_seconds)
+        cue.end = max(min(want, limit, cue.start + rules.max_seconds), cue.start + 0.001)
+    return cues
+
+
+def cue_segments(cues: list[Cue]) -> list[Segment]:
+    """Cues as segments, for the SRT/VTT writers (line breaks kept)."""
+    return [Segment(start=c.start, end=c.end, text=c.text) for c in cues]
