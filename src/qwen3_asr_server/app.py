@@ -11,7 +11,15 @@ from fastapi import FastAPI
 from loguru import logger
 
 from . import __version__
-from .api import health, models, subtitles, transcriptions, translations
+from .api import (
+    health,
+    models,
+    realtime,
+    subtitles,
+    transcriptions,
+    translations,
+    ws_transcribe,
+)
 from .api.deps import AppContext
 from .api.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from .config import Settings
@@ -22,6 +30,7 @@ from .logging import setup_logging
 from .scheduler import PriorityScheduler
 from .segmentation import Segmenter
 from .service import TranscriptionService
+from .streaming.registry import SessionRegistry
 from .translate import Translator
 from .vad import SileroModel
 
@@ -41,6 +50,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         manager = ModelManager(
             chosen, idle_timeout=settings.idle_timeout, busy=lambda: scheduler.busy
         )
+        vad = SileroModel()
+        sessions = SessionRegistry(settings.ws_max_sessions)
         app.state.ctx = AppContext(
             settings=settings,
             manager=manager,
@@ -49,11 +60,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 settings,
                 manager,
                 scheduler,
-                Segmenter(
-                    settings.segment_max_seconds, SileroModel() if settings.segment_vad else None
-                ),
+                Segmenter(settings.segment_max_seconds, vad if settings.segment_vad else None),
             ),
             translator=Translator(settings),
+            vad=vad,
+            sessions=sessions,
             started_at=time.monotonic(),
             started_wall=time.time(),
         )
@@ -67,6 +78,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield
         finally:
+            await sessions.close_all()  # open utterances get their finals first
             await asyncio.to_thread(scheduler.stop)
             await manager.stop()
 
@@ -79,4 +91,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(transcriptions.router)
     app.include_router(subtitles.router)
     app.include_router(translations.router)
+    app.include_router(ws_transcribe.router)
+    app.include_router(realtime.router)
     return app

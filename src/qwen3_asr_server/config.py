@@ -67,6 +67,33 @@ class Settings(BaseSettings):
     segment_vad: bool = True
     """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
 
+    asr_use_server_vad: bool = True
+    """Default for streaming sessions: Silero VAD ends utterances at silence. Clients can
+    override it per connection (`use_server_vad`)."""
+    ws_partial_interval: float = Field(default=0.45, ge=0.1, le=10)
+    """Seconds of new speech between two partial hypotheses of the open utterance."""
+    ws_end_silence_ms: int = Field(default=500, ge=100, le=5000)
+    """Silence that ends an utterance (final) when server VAD is on."""
+    ws_vad_threshold: float = Field(default=0.5, gt=0, lt=1)
+    """Speech probability above which a 32 ms frame counts as speech."""
+    ws_max_utterance_s: float = Field(default=25.0, ge=5, le=30)
+    """An utterance longer than this is finalized at its quietest point."""
+    ws_window_max_s: float = Field(default=15.0, ge=2, le=30)
+    """Partials re-decode at most the last this-many seconds of the open utterance."""
+    ws_flush_silence_ms: int = Field(default=600, ge=0, le=3000)
+    """Silence padded after the audio on flush, so trailing words are committed."""
+    ws_max_frame_bytes: int = Field(default=1_048_576, ge=1024)
+    """Largest accepted WebSocket message (binary PCM or JSON)."""
+    ws_max_session_s: float = Field(default=3600.0, gt=0)
+    """Longest audio a streaming session may send; then it is finalized and closed."""
+    ws_max_sessions: int = Field(default=16, ge=1)
+    """Concurrent streaming sessions; a further connection is refused with an error."""
+    ws_idle_timeout: float = Field(default=60.0, gt=0)
+    """A session that sends nothing for this many seconds is finalized and closed."""
+    ws_outbox_size: int = Field(default=64, ge=4)
+    """Events queued for a slow client; beyond it partials are dropped, and a client that
+    does not read its finals is disconnected."""
+
     translate_base_url: str | None = None
     """OpenAI-compatible chat endpoint for /v1/audio/translations (e.g.
     `http://127.0.0.1:11434/v1`). Unset: translations answer 501."""

@@ -9,12 +9,20 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .audio import SAMPLE_RATE, Audio
 from .config import Settings
-from .engines.base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult
+from .engines.base import (
+    Engine,
+    ModelLoadError,
+    Segment,
+    TranscribeRequest,
+    TranscribeResult,
+)
 from .errors import APIError, BadRequestError, InferenceError, ModelUnavailableError
 from .lifecycle import ModelManager
-from .scheduler import BATCH, BatchSpec, PriorityScheduler
+from .scheduler import BATCH, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
 from .text import collapse_repetitions, join_texts, parse_language
 from .timestamps import ensure_words
@@ -125,25 +133,37 @@ class TranscriptionService:
                     BatchSpec(key, request, engine.transcribe_batch) if key is not None else None
                 )
                 submitted = time.perf_counter()
-                try:
-                    result: TranscribeResult = await self.scheduler.submit(
-                        lambda r=request: engine.transcribe(r),  # type: ignore[misc]
-                        priority=options.priority,
-                        timeout=self.settings.request_timeout,
-                        batch=batch,
-                    )
-                except APIError:  # queue full, timeout, shutting down
-                    raise
-                except ModelLoadError as exc:  # e.g. the forced aligner, loaded on first use
-                    raise ModelUnavailableError(str(exc)) from exc
-                except ValueError as exc:  # the engine rejected an argument
-                    raise BadRequestError(str(exc)) from exc
-                except Exception as exc:
-                    raise InferenceError(
-                        f"Transcription failed: {type(exc).__name__}: {exc}"
-                    ) from exc
+                result = await self._run(engine, request, options.priority, batch)
                 yield self._shift(index, span, result, time.perf_counter() - submitted, options)
                 pos, index = end, index + 1
+
+    async def transcribe_realtime(self, samples: np.ndarray, language: str | None) -> str:
+        """One utterance (≤ ~30 s, no cutting) at real-time priority; its text."""
+        request = TranscribeRequest(audio=samples, language=language)
+        async with self.manager.use() as engine:
+            result = await self._run(engine, request, REALTIME, None)
+        return collapse_repetitions(result.text)
+
+    async def _run(
+        self, engine: Engine, request: TranscribeRequest, priority: int, batch: BatchSpec | None
+    ) -> TranscribeResult:
+        """Schedule one engine call; engine failures become API errors."""
+        try:
+            result: TranscribeResult = await self.scheduler.submit(
+                lambda: engine.transcribe(request),
+                priority=priority,
+                timeout=self.settings.request_timeout,
+                batch=batch,
+            )
+        except APIError:  # queue full, timeout, shutting down
+            raise
+        except ModelLoadError as exc:  # e.g. the forced aligner, loaded on first use
+            raise ModelUnavailableError(str(exc)) from exc
+        except ValueError as exc:  # the engine rejected an argument
+            raise BadRequestError(str(exc)) from exc
+        except Exception as exc:
+            raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
+        return result
 
     async def transcribe(self, audio: Audio, options: Options) -> Transcription:
         parts = [part async for part in self.stream(audio, options)]

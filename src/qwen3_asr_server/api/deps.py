@@ -12,7 +12,9 @@ from ..errors import AuthError
 from ..lifecycle import ModelManager
 from ..scheduler import PriorityScheduler
 from ..service import TranscriptionService
+from ..streaming.registry import SessionRegistry
 from ..translate import Translator
+from ..vad import SileroModel
 
 
 @dataclass
@@ -24,6 +26,8 @@ class AppContext:
     scheduler: PriorityScheduler
     transcriber: TranscriptionService
     translator: Translator
+    vad: SileroModel
+    sessions: SessionRegistry
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
 

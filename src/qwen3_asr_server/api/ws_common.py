@@ -1,0 +1,105 @@
+"""What both WebSocket endpoints share: auth, the bounded outbox, session wiring."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from fastapi import WebSocket
+from loguru import logger
+
+from ..streaming.session import StreamConfig, StreamSession
+from .deps import AppContext, check_api_key
+
+
+def websocket_api_key_ok(ctx: AppContext, websocket: WebSocket) -> bool:
+    """Bearer header, or `api_key` query parameter (browsers cannot set headers)."""
+    expected = ctx.settings.api_key
+    if not expected:
+        return True
+    header = websocket.headers.get("authorization")
+    if not header and websocket.query_params.get("api_key"):
+        header = "Bearer " + websocket.query_params["api_key"]
+    try:
+        check_api_key(expected, header)
+    except Exception:
+        return False
+    return True
+
+
+class Outbox:
+    """Events for one client, sent by one task. Bounded: when the client does not read,
+    partials are dropped (a newer one supersedes them) and finals wait a little, then the
+    session is closed as too slow. Server memory never grows with a slow reader."""
+
+    def __init__(self, websocket: WebSocket, size: int, final_wait: float = 10.0) -> None:
+        self._ws = websocket
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue(size)
+        self._final_wait = final_wait
+        self._task = asyncio.create_task(self._send_loop())
+        self.dead = False
+        self.dropped = 0
+
+    async def put(self, message: dict[str, Any], droppable: bool = False) -> None:
+        if self.dead:
+            logger.info("client gone, not sent: {}", message)
+            return
+        text = json.dumps(message, ensure_ascii=False)
+        if droppable:
+            try:
+                self._queue.put_nowait(text)
+            except asyncio.QueueFull:
+                self.dropped += 1
+            return
+        try:
+            await asyncio.wait_for(self._queue.put(text), self._final_wait)
+        except TimeoutError:  # the connection loop sees `dead` and closes the session
+            self.dead = True
+            logger.warning("client does not read its messages; not sent: {}", message)
+
+    async def _send_loop(self) -> None:
+        while True:
+            text = await self._queue.get()
+            if text is None:
+                return
+            try:
+                await self._ws.send_text(text)
+            except Exception:
+                self.dead = True
+                return
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (bounded wait), then stop."""
+        if not self.dead:
+            try:
+                await asyncio.wait_for(self._queue.put(None), timeout)
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            except TimeoutError:
+                pass
+        self._task.cancel()
+
+
+def new_session(
+    ctx: AppContext, config: StreamConfig, emit: Callable[[dict[str, Any]], Any]
+) -> StreamSession:
+    async def transcribe(samples: np.ndarray, language: str | None) -> str:
+        return await ctx.transcriber.transcribe_realtime(samples, language)
+
+    return StreamSession(config, transcribe, emit, ctx.vad)
+
+
+def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamConfig:
+    s = ctx.settings
+    return StreamConfig(
+        use_vad=use_vad,
+        language=language,
+        vad_threshold=s.ws_vad_threshold,
+        end_silence_ms=s.ws_end_silence_ms,
+        partial_interval_s=s.ws_partial_interval,
+        window_max_s=s.ws_window_max_s,
+        max_utterance_s=s.ws_max_utterance_s,
+        flush_silence_ms=s.ws_flush_silence_ms,
+    )

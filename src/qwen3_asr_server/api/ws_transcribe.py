@@ -1,0 +1,173 @@
+"""WS /ws/transcribe: the seed's raw-PCM real-time protocol (see DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import soxr
+from fastapi import APIRouter, WebSocket
+from loguru import logger
+
+from ..audio import pcm16_to_float
+from ..errors import APIError
+from ..streaming.registry import SessionLimitError
+from .deps import AppContext
+from .ws_common import Outbox, base_config, new_session, websocket_api_key_ok
+
+router = APIRouter()
+SAMPLE_RATES = (8000, 16000)
+
+
+def parse_bool(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def error(code: str, message: str, status: int) -> dict[str, Any]:
+    return {"code": code, "message": message, "statusCode": status}
+
+
+async def refuse(websocket: WebSocket, body: dict[str, Any], close_code: int) -> None:
+    await websocket.send_json(body)
+    await websocket.close(close_code)
+
+
+@router.websocket("/ws/transcribe")
+async def ws_transcribe(websocket: WebSocket) -> None:
+    ctx: AppContext = websocket.app.state.ctx
+    settings = ctx.settings
+    await websocket.accept()
+    if not websocket_api_key_ok(ctx, websocket):
+        await refuse(websocket, error("UNAUTHORIZED", "Missing or wrong API key.", 401), 1008)
+        return
+    query = websocket.query_params
+    try:
+        sample_rate = int(query.get("sample_rate") or 16000)
+    except ValueError:
+        sample_rate = -1
+    if sample_rate not in SAMPLE_RATES:
+        message = f"sample_rate must be 8000 or 16000, not {query.get('sample_rate')!r}."
+        await refuse(websocket, error("UNSUPPORTED_SAMPLE_RATE", message, 400), 1003)
+        return
+    try:
+        language = ctx.transcriber.resolve_language(query.get("language"))
+    except APIError as exc:
+        await refuse(websocket, error("UNSUPPORTED_LANGUAGE", exc.message, 400), 1003)
+        return
+    use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
+    outbox = Outbox(websocket, settings.ws_outbox_size)
+
+    async def emit(event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "partial":
+            message = {"text": event["text"], "is_partial": True, "is_final": False}
+            await outbox.put({**message, "stable_text": event["stable_text"]}, droppable=True)
+        elif kind == "final" and (event["text"] or event["reason"] in ("flush", "reset")):
+            await outbox.put({"text": event["text"], "is_partial": False, "is_final": True})
+        elif kind == "error":
+            await outbox.put(error(event["code"], event["message"], 500))
+
+    session = new_session(ctx, base_config(ctx, use_vad, language), emit)
+    try:
+        ctx.sessions.add(session)
+    except SessionLimitError as exc:
+        await session.close("rejected")
+        await outbox.close()
+        await refuse(websocket, error("TOO_MANY_SESSIONS", str(exc), 503), 1013)
+        return
+    await outbox.put(
+        {
+            "status": "connected",
+            "sample_rate": sample_rate,
+            "format": "pcm_s16le",
+            "buffer_size": int(settings.ws_partial_interval * sample_rate) * 2,
+            "window_max_s": settings.ws_window_max_s,
+            "use_server_vad": use_vad,
+        }
+    )
+    resampler = (
+        soxr.ResampleStream(8000, 16000, 1, dtype="float32") if sample_rate == 8000 else None
+    )
+    max_samples = int(settings.ws_max_session_s * 16000)
+    reason = "disconnect"
+    try:
+        while not outbox.dead:
+            try:
+                received = await asyncio.wait_for(websocket.receive(), settings.ws_idle_timeout)
+            except TimeoutError:
+                await outbox.put(error("IDLE_TIMEOUT", "No audio or message; closing.", 408))
+                reason = "idle"
+                break
+            if received["type"] == "websocket.disconnect":
+                break
+            data, text = received.get("bytes"), received.get("text")
+            size = len(data) if data is not None else len(text or "")
+            if size > settings.ws_max_frame_bytes:
+                limit = settings.ws_max_frame_bytes
+                msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
+                await outbox.put(error("FRAME_TOO_LARGE", msg, 413))
+                continue
+            if data is not None:
+                samples = pcm16_to_float(data)
+                if resampler is not None:
+                    samples = resampler.resample_chunk(samples)
+                if session.samples_in + len(samples) > max_samples:
+                    limit_s = settings.ws_max_session_s
+                    msg = f"The session reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
+                    await outbox.put(error("SESSION_TOO_LONG", msg, 413))
+                    reason = "limit"
+                    break
+                await session.feed(samples)
+            elif text is not None:
+                await handle_action(ctx, session, outbox, text)
+        if outbox.dead:
+            reason = "slow_client"
+    except Exception as exc:  # a broken socket must not lose the buffered audio
+        logger.opt(exception=exc).warning("websocket loop ended")
+    finally:
+        ctx.sessions.remove(session)
+        await session.close(reason)  # buffered audio is transcribed (and logged) even if gone
+        await outbox.close()
+        with contextlib.suppress(Exception):
+            await websocket.close()
+
+
+async def handle_action(ctx: AppContext, session: Any, outbox: Outbox, text: str) -> None:
+    try:
+        action = json.loads(text)
+        if not isinstance(action, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        await outbox.put(error("INVALID_JSON", "Text messages must be JSON objects.", 400))
+        return
+    name = action.get("action")
+    if name == "flush":
+        if await session.flush() is None:  # nothing buffered: still answer the flush
+            await outbox.put({"text": "", "is_partial": False, "is_final": True})
+    elif name == "reset":
+        await session.reset()
+        await outbox.put({"status": "buffer_reset"})
+    elif name == "config":
+        changes: dict[str, Any] = {}
+        if "language" in action:
+            try:
+                changes["language"] = ctx.transcriber.resolve_language(action["language"])
+            except APIError as exc:
+                await outbox.put(error("UNSUPPORTED_LANGUAGE", exc.message, 400))
+                return
+        if "use_server_vad" in action:
+            changes["use_vad"] = parse_bool(str(action["use_server_vad"]), True)
+        session.configure(**changes)
+        await outbox.put(
+            {
+                "status": "configured",
+                "language": session.config.language,
+                "use_server_vad": session.config.use_vad,
+            }
+        )
+    else:
+        await outbox.put(error("UNKNOWN_ACTION", f"Unknown action {name!r}.", 400))

@@ -1,0 +1,284 @@
+"""StreamSession: PCM frames -> VAD -> utterances -> partials and finals.
+
+One per connection; sessions share nothing but the VAD model's read-only ONNX session and
+the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receive events
+(dicts) through `emit`.
+
+- Partials re-decode the open utterance (its last `window_max_s`) at real-time priority
+  after every `partial_interval_s` of new speech, at most one in flight per session.
+- Finals run in order on a per-session task; committing an utterance cancels its queued
+  partial, so a partial never delays a final. Silence costs no inference.
+- A final is produced on end of speech, maximum length (cut at the quietest point), flush,
+  reset and close (disconnect, shutdown); it is never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from loguru import logger
+
+from ..errors import APIError
+from ..segmentation import quietest_point
+from ..vad import FRAME, SileroModel
+from .agreement import LocalAgreement
+
+SAMPLE_RATE = 16000
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Transcribe = Callable[[np.ndarray, str | None], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    use_vad: bool = True
+    language: str | None = None  # ISO code, None = detect
+    vad_threshold: float = 0.5
+    end_silence_ms: int = 500
+    prefix_padding_ms: int = 300
+    partial_interval_s: float = 0.45
+    window_max_s: float = 15.0
+    max_utterance_s: float = 25.0
+    flush_silence_ms: int = 600
+
+
+class _Utterance:
+    """The open utterance's audio, bounded by max_utterance_s (forced final)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, capacity: int, start_sample: int) -> None:
+        self.id = next(self._ids)
+        self.buf = np.zeros(capacity, dtype=np.float32)
+        self.length = 0
+        self.start_sample = start_sample
+
+    def add(self, samples: np.ndarray) -> None:
+        self.buf[self.length : self.length + len(samples)] = samples
+        self.length += len(samples)
+
+    @property
+    def audio(self) -> np.ndarray:
+        return self.buf[: self.length]
+
+
+class StreamSession:
+    def __init__(
+        self,
+        config: StreamConfig,
+        transcribe: Transcribe,
+        emit: Emit,
+        vad: SileroModel | None,
+    ) -> None:
+        self.config = config
+        self._transcribe = transcribe
+        self._emit = emit
+        self._vad = vad.stream() if vad is not None else None
+        self._agreement = LocalAgreement()
+        self._leftover = np.zeros(0, dtype=np.float32)
+        self._preroll: list[np.ndarray] = []
+        self._utt: _Utterance | None = None
+        self._silence = 0  # samples of non-speech since the last speech frame
+        self._since_partial = 0  # samples of speech since the last partial was started
+        self._partial: asyncio.Task[None] | None = None
+        self._finals: asyncio.Queue[tuple[_Utterance, np.ndarray, str] | None] = asyncio.Queue()
+        self._final_task = asyncio.create_task(self._run_finals())
+        self.samples_in = 0  # total audio received, in samples
+        self.closed = False
+
+    # -- input -------------------------------------------------------------------------
+    def configure(self, **changes: Any) -> None:
+        self.config = replace(self.config, **changes)
+
+    async def feed(self, samples: np.ndarray) -> None:
+        """Audio at 16 kHz, any length; processed in whole VAD frames."""
+        if self.closed:
+            return
+        self.samples_in += len(samples)
+        data = np.concatenate([self._leftover, samples]) if len(self._leftover) else samples
+        whole = len(data) - len(data) % FRAME
+        self._leftover = data[whole:].copy()
+        for i in range(0, whole, FRAME):
+            await self._frame(data[i : i + FRAME])
+
+    async def flush(self, reason: str = "flush") -> int | None:
+        """Commit everything buffered (padded with silence so trailing words land)."""
+        if len(self._leftover):
+            frame = np.zeros(FRAME, dtype=np.float32)
+            frame[: len(self._leftover)] = self._leftover
+            self._leftover = np.zeros(0, dtype=np.float32)
+            if self._utt is not None:
+                self._utt.add(frame[:FRAME])
+        return await self._commit(reason, pad_ms=self.config.flush_silence_ms)
+
+    async def reset(self) -> int | None:
+        """Finalize what is buffered, then start clean (VAD state, agreement)."""
+        item = await self.flush("reset")
+        if self._vad is not None:
+            self._vad.reset()
+        self._preroll = []
+        return item
+
+    def clear(self) -> None:
+        """Discard the open utterance without a final (OpenAI's input_audio_buffer.clear)."""
+        self._cancel_partial()
+        self._utt = None
+        self._leftover = np.zeros(0, dtype=np.float32)
+        self._agreement.reset()
+
+    async def close(self, reason: str) -> None:
+        """Finalize what is buffered and wait for every final to be emitted."""
+        if self.closed:
+            return
+        await self.flush(reason)
+        self.closed = True
+        await self._finals.put(None)
+        await self._final_task
+
+    # -- VAD and utterances --------------------------------------------------------------
+    async def _frame(self, frame: np.ndarray) -> None:
+        cfg = self.config
+        speech = self._vad.prob(frame) >= cfg.vad_threshold if cfg.use_vad and self._vad else True
+        if self._utt is None:
+            if not speech:
+                self._preroll.append(frame)
+                keep = max(1, cfg.prefix_padding_ms * SAMPLE_RATE // 1000 // FRAME)
+                del self._preroll[:-keep]
+                return
+            await self._start(frame)
+            return
+        self._utt.add(frame)
+        if speech:
+            self._silence = 0
+            self._since_partial += FRAME
+        else:
+            self._silence += FRAME
+        if cfg.use_vad and self._silence >= cfg.end_silence_ms * SAMPLE_RATE // 1000:
+            await self._emit(
+                {
+                    "type": "speech_stopped",
+                    "utterance": self._utt.id,
+                    "at_ms": self._ms(self.samples_in),
+                }
+            )
+            await self._commit("silence")
+            return
+        if self._utt.length + FRAME > int(cfg.max_utterance_s * SAMPLE_RATE):
+            await self._cut_at_max()
+            return
+        if self._since_partial >= cfg.partial_interval_s * SAMPLE_RATE and self._partial is None:
+            self._since_partial = 0
+            self._partial = asyncio.create_task(self._run_partial(self._utt))
+
+    async def _start(self, frame: np.ndarray) -> None:
+        capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
+        pre = np.concatenate(self._preroll) if self._preroll else np.zeros(0, np.float32)
+        self._preroll = []
+        start = self.samples_in - len(self._leftover) - len(pre) - FRAME
+        self._utt = _Utterance(capacity, max(0, start))
+        self._utt.add(pre[: capacity - FRAME])
+        self._utt.add(frame)
+        self._silence = 0
+        self._since_partial = FRAME
+        self._agreement.reset()
+        await self._emit(
+            {
+                "type": "speech_started",
+                "utterance": self._utt.id,
+                "at_ms": self._ms(self._utt.start_sample),
+            }
+        )
+
+    async def _cut_at_max(self) -> None:
+        """Maximum length: final for the part before the quietest point of the last 3 s."""
+        utt = self._utt
+        assert utt is not None
+        search = min(utt.length // 2, 3 * SAMPLE_RATE)
+        cut = utt.length - search + quietest_point(utt.audio[utt.length - search :])
+        rest = utt.audio[cut:].copy()
+        utt.length = cut
+        await self._commit("max_length")
+        capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
+        self._utt = _Utterance(capacity, utt.start_sample + cut)
+        self._utt.add(rest)
+        self._since_partial = len(rest)
+
+    async def _commit(self, reason: str, pad_ms: int = 0) -> int | None:
+        utt, self._utt = self._utt, None
+        self._cancel_partial()
+        self._silence = 0
+        if utt is None or utt.length == 0:
+            return None
+        audio = utt.audio
+        if pad_ms:
+            audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
+        await self._finals.put((utt, audio, reason))
+        await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
+        return utt.id
+
+    # -- inference ---------------------------------------------------------------------
+    def _cancel_partial(self) -> None:
+        if self._partial is not None:
+            self._partial.cancel()  # removes the job from the queue if it has not started
+            self._partial = None
+
+    async def _run_partial(self, utt: _Utterance) -> None:
+        window = utt.audio[-int(self.config.window_max_s * SAMPLE_RATE) :].copy()
+        try:
+            text = await self._transcribe(window, self.config.language)
+        except asyncio.CancelledError:
+            raise
+        except APIError as exc:  # queue full / timeout: skip this partial, keep going
+            logger.debug("partial skipped: {}", exc.message)
+            text = None
+        except Exception as exc:
+            logger.opt(exception=exc).warning("partial failed")
+            text = None
+        finally:
+            if self._partial is asyncio.current_task():
+                self._partial = None
+        if text is None or self._utt is not utt:
+            return  # the utterance was committed meanwhile: its final will say it all
+        stable = self._agreement.update(text)
+        await self._emit(
+            {"type": "partial", "utterance": utt.id, "text": text, "stable_text": stable}
+        )
+
+    async def _run_finals(self) -> None:
+        while True:
+            item = await self._finals.get()
+            if item is None:
+                return
+            utt, audio, reason = item
+            try:
+                text = await self._transcribe(audio, self.config.language)
+            except Exception as exc:
+                logger.opt(exception=exc).error("final transcription failed")
+                message = exc.message if isinstance(exc, APIError) else str(exc)
+                await self._emit(
+                    {
+                        "type": "error",
+                        "code": "TRANSCRIPTION_FAILED",
+                        "message": message,
+                        "utterance": utt.id,
+                    }
+                )
+                continue
+            logger.info("final ({}, {:.2f} s): {}", reason, len(audio) / SAMPLE_RATE, text)
+            await self._emit(
+                {
+                    "type": "final",
+                    "utterance": utt.id,
+                    "text": text,
+                    "reason": reason,
+                    "duration": len(audio) / SAMPLE_RATE,
+                }
+            )
+
+    @staticmethod
+    def _ms(samples: int) -> int:
+        return samples * 1000 // SAMPLE_RATE

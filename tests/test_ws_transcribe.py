@@ -1,0 +1,256 @@
+"""/ws/transcribe (the seed protocol) with real speech on the whisper engine."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soxr
+
+import speech
+from engines import Recording
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.config import Settings
+from qwen3_asr_server.engines import create_engine
+from server import LiveServer, live_server
+from streaming_client import Collector, load, open_ws, stream
+from wer import normalize, wer
+
+pytestmark = pytest.mark.slow
+# Measured: streamed finals on the 12 sentences, WER ~0.2 like the offline path (the same
+# model and whole-utterance audio); the bound leaves room for VAD cut differences.
+WER_BOUND = 0.3
+
+
+def whisper_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {"model_id": "whisper-tiny.en", "idle_timeout": 0}
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings())) as srv:
+        yield srv
+
+
+def connected(collector: Collector) -> dict[str, Any]:
+    assert collector.wait_for(lambda c: c.messages)
+    return collector.messages[0][1]
+
+
+def test_connected_message(server: LiveServer) -> None:
+    with open_ws(server.url, sample_rate="8000", use_server_vad="false") as ws:
+        first = json.loads(ws.recv(timeout=10))
+    assert first == {
+        "status": "connected",
+        "sample_rate": 8000,
+        "format": "pcm_s16le",
+        "buffer_size": int(0.45 * 8000) * 2,
+        "window_max_s": 15.0,
+        "use_server_vad": False,
+    }
+
+
+def test_three_utterances_at_real_time_pace_give_three_finals(server: LiveServer) -> None:
+    audio = load("three_sentences.wav")
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        stream(ws, np.concatenate([audio, np.zeros(16000, np.float32)]), speed=1.0)
+        assert c.wait_for(lambda c: len(c.finals()) >= 3, timeout=20), c.messages
+        time.sleep(0.5)
+    finals = c.finals()
+    assert len(finals) == 3, finals
+    refs = speech.transcripts()
+    assert wer([refs["three_sentences.wav"]], [" ".join(finals)]) < WER_BOUND
+    assert normalize(finals[1]).startswith("please call")
+    partials = c.partials()
+    assert partials, "no partials while speaking"
+    assert all("stable_text" in p for p in partials)
+
+
+def test_faster_than_real_time_finals_match_the_offline_transcripts(server: LiveServer) -> None:
+    refs, hyps = [], []
+    for name, ref in sorted(speech.sentences().items())[:6]:
+        with open_ws(server.url) as ws:
+            c = Collector(ws)
+            stream(ws, np.concatenate([load(name), np.zeros(12000, np.float32)]), speed=4.0)
+            assert c.wait_for(lambda c: c.finals(), timeout=20)
+        refs.append(ref)
+        hyps.append(" ".join(c.finals()))
+    assert wer(refs, hyps) < WER_BOUND, list(zip(refs, hyps, strict=True))
+
+
+def test_8_khz_telephony_input_is_resampled(server: LiveServer) -> None:
+    audio8k = soxr.resample(load("sentence_02.wav"), 16000, 8000).astype(np.float32)
+    with open_ws(server.url, sample_rate="8000") as ws:
+        c = Collector(ws)
+        stream(ws, np.concatenate([audio8k, np.zeros(6000, np.float32)]), rate=8000, speed=4)
+        assert c.wait_for(lambda c: c.finals(), timeout=20)
+    assert normalize(c.finals()[0]).startswith("please call me back")
+
+
+def test_flush_without_server_vad(server: LiveServer) -> None:
+    with open_ws(server.url, use_server_vad="false") as ws:
+        c = Collector(ws)
+        stream(ws, load("three_sentences.wav"), speed=8.0)
+        time.sleep(1.0)
+        assert c.finals() == []  # no VAD: pauses do not end utterances
+        ws.send(json.dumps({"action": "flush"}))
+        assert c.wait_for(lambda c: c.finals(), timeout=20)
+    text = normalize(c.finals()[0])
+    assert text.startswith("the quick") and text.endswith("some rain")
+
+
+def test_flush_with_nothing_buffered_still_answers(server: LiveServer) -> None:
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        ws.send(json.dumps({"action": "flush"}))
+        assert c.wait_for(lambda c: c.finals() == [""], timeout=10)
+
+
+def test_reset_finalizes_and_acknowledges(server: LiveServer) -> None:
+    with open_ws(server.url, use_server_vad="false") as ws:
+        c = Collector(ws)
+        stream(ws, load("sentence_09.wav"), speed=8.0)
+        ws.send(json.dumps({"action": "reset"}))
+        assert c.wait_for(lambda c: any(m.get("status") == "buffer_reset" for _, m in c.messages))
+        assert c.wait_for(lambda c: c.finals(), timeout=20)  # the buffered audio is not lost
+    assert normalize(c.finals()[0]).startswith("the children")
+
+
+def test_config_action(server: LiveServer) -> None:
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        ws.send(json.dumps({"action": "config", "language": "en", "use_server_vad": False}))
+        assert c.wait_for(lambda c: any(m.get("status") == "configured" for _, m in c.messages))
+        reply = next(m for _, m in c.messages if m.get("status") == "configured")
+        assert reply["language"] == "en" and reply["use_server_vad"] is False
+        ws.send(json.dumps({"action": "config", "language": "fr"}))  # tiny.en: English only
+        assert c.wait_for(
+            lambda c: any(m.get("code") == "UNSUPPORTED_LANGUAGE" for _, m in c.messages)
+        )
+
+
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [("{not json", "INVALID_JSON"), (json.dumps({"action": "dance"}), "UNKNOWN_ACTION")],
+)
+def test_bad_actions(server: LiveServer, payload: str, code: str) -> None:
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        ws.send(payload)
+        assert c.wait_for(lambda c: any(m.get("code") == code for _, m in c.messages))
+        error = next(m for _, m in c.messages if m.get("code") == code)
+        assert error["statusCode"] == 400 and error["message"]
+
+
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [
+        ({"sample_rate": "44100"}, "UNSUPPORTED_SAMPLE_RATE"),
+        ({"sample_rate": "abc"}, "UNSUPPORTED_SAMPLE_RATE"),
+        ({"language": "xx"}, "UNSUPPORTED_LANGUAGE"),
+    ],
+)
+def test_bad_connect_parameters(server: LiveServer, query: dict[str, str], code: str) -> None:
+    with open_ws(server.url, **query) as ws:
+        assert json.loads(ws.recv(timeout=10))["code"] == code
+
+
+def test_limits() -> None:
+    settings = whisper_settings(
+        ws_max_sessions=1, ws_max_frame_bytes=4096, ws_idle_timeout=1.5, ws_max_session_s=2
+    )
+    with live_server(create_app(settings)) as srv:
+        with open_ws(srv.url) as first:
+            c = Collector(first)
+            connected(c)
+            with open_ws(srv.url) as second:  # one session at a time
+                assert json.loads(second.recv(timeout=10))["code"] == "TOO_MANY_SESSIONS"
+            first.send(b"\x00" * 8192)
+            assert c.wait_for(
+                lambda c: any(m.get("code") == "FRAME_TOO_LARGE" for _, m in c.messages)
+            )
+            for _ in range(30):  # 3 s of audio in allowed frames: over WS_MAX_SESSION_S
+                first.send(b"\x00" * 3200)
+            assert c.wait_for(
+                lambda c: any(m.get("code") == "SESSION_TOO_LONG" for _, m in c.messages)
+            )
+            assert c.closed.wait(10)
+        with open_ws(srv.url) as idle:  # the slot is free again; now say nothing
+            c = Collector(idle)
+            assert c.wait_for(
+                lambda c: any(m.get("code") == "IDLE_TIMEOUT" for _, m in c.messages), 10
+            )
+            assert c.closed.wait(10)
+
+
+def test_disconnect_with_buffered_audio_is_transcribed() -> None:
+    engine = Recording(create_engine(whisper_settings()))
+    with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]
+        audio = load("sentence_04.wav")
+        with open_ws(srv.url, use_server_vad="false") as ws:
+            stream(ws, audio, speed=8.0)
+            time.sleep(0.3)
+        # gone before any flush: the buffered utterance is still transcribed (and logged)
+        duration = len(audio) / 16000
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(d >= duration - 0.1 for d in engine.calls):
+            time.sleep(0.05)
+        assert any(d >= duration - 0.1 for d in engine.calls), engine.calls
+        assert len(srv.ctx.sessions) == 0
+
+
+def test_sessions_share_no_state(server: LiveServer) -> None:
+    audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
+    with open_ws(server.url) as vad_on, open_ws(server.url, use_server_vad="false") as vad_off:
+        on, off = Collector(vad_on), Collector(vad_off)
+        threads = [
+            threading.Thread(target=stream, args=(vad_on, audio), kwargs={"speed": 3.0}),
+            threading.Thread(target=stream, args=(vad_off, audio), kwargs={"speed": 3.0}),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert on.wait_for(lambda c: len(c.finals()) >= 3, timeout=20)
+        assert off.finals() == []  # the other session's VAD setting did not leak in
+
+
+def test_finals_keep_coming_during_a_long_upload(server: LiveServer) -> None:
+    """Real-time jobs run between the segments of a long HTTP upload."""
+    done = threading.Event()
+    done_at: list[float] = []
+
+    def upload() -> None:
+        for _ in range(2):
+            httpx.post(
+                server.url + "/v1/audio/transcriptions",
+                files={"file": ("a.wav", speech.path("long_2min.wav").read_bytes())},
+                timeout=300,
+            )
+        done_at.append(time.perf_counter())
+        done.set()
+
+    uploader = threading.Thread(target=upload)
+    uploader.start()
+    time.sleep(0.5)
+    audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        started, _ = stream(ws, audio, speed=1.0)
+        assert c.wait_for(lambda c: len(c.finals()) >= 3, timeout=20)
+    first_final = next(t for t, m in c.messages if m.get("is_final"))
+    assert len(c.finals()) == 3
+    uploader.join(300)
+    # The first sentence ends ~3.2 s into the stream: its final came within seconds, while
+    # the uploads (several segments each) were still being transcribed.
+    assert first_final < done_at[0]
+    assert first_final - started < 6.0
