@@ -1,0 +1,155 @@
+"""/v1/realtime transcription sessions, driven by the openai SDK's realtime client."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+import soxr
+
+import speech
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.config import Settings
+from server import LiveServer, live_server
+from streaming_client import load, pcm16
+from wer import normalize, wer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    settings = Settings(_env_file=None, model_id="whisper-tiny.en", idle_timeout=0)  # type: ignore[call-arg]
+    with live_server(create_app(settings)) as srv:
+        yield srv
+
+
+def client_for(server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+
+
+def send_audio(conn: Any, samples16k: np.ndarray, speed: float = 4.0) -> None:
+    audio24k = soxr.resample(samples16k, 16000, 24000).astype(np.float32)
+    step = 2400  # 100 ms at 24 kHz
+    for i in range(0, len(audio24k), step):
+        chunk = base64.b64encode(pcm16(audio24k[i : i + step])).decode()
+        conn.input_audio_buffer.append(audio=chunk)
+        time.sleep(0.1 / speed)
+
+
+def collect(conn: Any, until: Any, timeout: float = 30.0) -> list[Any]:
+    events: list[Any] = []
+    deadline = time.monotonic() + timeout
+
+    def reader() -> None:
+        try:
+            for event in conn:
+                events.append(event)
+                if until(events):
+                    return
+        except Exception:
+            return
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return events
+
+
+def completed(events: list[Any]) -> list[Any]:
+    return [e for e in events if e.type == "conversation.item.input_audio_transcription.completed"]
+
+
+def test_server_vad_session_with_the_sdk(server: LiveServer) -> None:
+    audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
+    with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        first = conn.recv()
+        assert first.type == "session.created"
+        conn.session.update(
+            session={
+                "type": "transcription",
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": 24000},
+                        "transcription": {"model": "whisper-1", "language": "en"},
+                        "turn_detection": {
+                            "type": "server_vad",
+                            "threshold": 0.5,
+                            "silence_duration_ms": 500,
+                        },
+                    }
+                },
+            }
+        )
+        sender = threading.Thread(target=send_audio, args=(conn, audio))
+        sender.start()
+        events = collect(conn, lambda ev: len(completed(ev)) >= 3)
+        sender.join()
+    types = [e.type for e in events]
+    assert types[0] == "session.updated"
+    assert types.count("input_audio_buffer.speech_started") >= 3
+    assert types.count("input_audio_buffer.speech_stopped") >= 3
+    assert types.count("input_audio_buffer.committed") >= 3
+    finals = completed(events)
+    assert len(finals) == 3
+    assert len({e.item_id for e in finals}) == 3
+    ref = speech.transcripts()["three_sentences.wav"]
+    assert wer([ref], [" ".join(e.transcript for e in finals)]) < 0.3
+    for final in finals:  # deltas are only ever stable text: a prefix of the transcript
+        sent = "".join(
+            e.delta
+            for e in events
+            if e.type.endswith("transcription.delta") and e.item_id == final.item_id
+        )
+        assert normalize(final.transcript).startswith(normalize(sent))
+
+
+def test_manual_commit_and_clear(server: LiveServer) -> None:
+    with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "session.created"
+        conn.send(
+            {
+                "type": "transcription_session.update",
+                "session": {
+                    "turn_detection": None,
+                    "input_audio_transcription": {"language": "en"},
+                },
+            }
+        )
+        assert conn.recv().type == "transcription_session.updated"
+        send_audio(conn, load("sentence_05.wav"), speed=8)
+        conn.input_audio_buffer.clear()
+        assert collect(conn, lambda ev: ev and ev[-1].type == "input_audio_buffer.cleared", 10)
+        send_audio(conn, load("sentence_02.wav"), speed=8)
+        conn.input_audio_buffer.commit()
+        events = collect(conn, lambda ev: completed(ev))
+    finals = completed(events)
+    assert len(finals) == 1  # the cleared audio produced nothing
+    assert normalize(finals[0].transcript).startswith("please call me back")
+    assert any(e.type == "input_audio_buffer.committed" for e in events)
+
+
+def test_errors_use_openai_shape(server: LiveServer) -> None:
+    with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "session.created"
+        conn.send({"type": "response.create"})
+        error = conn.recv()
+        assert error.type == "error"
+        assert error.error.code == "unknown_event" and error.error.message
+        conn.send({"type": "input_audio_buffer.append", "audio": "%%% not base64"})
+        assert conn.recv().error.code == "invalid_audio"
+        conn.input_audio_buffer.commit()  # nothing buffered
+        assert conn.recv().error.code == "input_audio_buffer_commit_empty"
+        conn.send(
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"transcription": {"language": "klingon"}}}},
+            }
+        )
+        assert conn.recv().error.code == "invalid_value"
