@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["core.py", "whisper.py", "batching.py", "long_audio.py"]
+SCRIPTS = ["core.py", "whisper.py", "batching.py", "long_audio.py", "streaming.py"]
 
 if __name__ == "__main__":
     for script in SCRIPTS:

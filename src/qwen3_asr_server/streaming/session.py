@@ -7,7 +7,9 @@ the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receiv
 - Partials re-decode the open utterance (its last `window_max_s`) at real-time priority
   after every `partial_interval_s` of new speech, at most one in flight per session.
 - Finals run in order on a per-session task; committing an utterance cancels its queued
-  partial, so a partial never delays a final. Silence costs no inference.
+  partial, so a partial never delays a final. The final's transcription starts
+  EARLY_FINAL_MS before the end-of-utterance silence is complete (and is dropped if speech
+  resumes), so its latency overlaps the silence wait. Silence costs no other inference.
 - A final is produced on end of speech, maximum length (cut at the quietest point), flush,
   reset and close (disconnect, shutdown); it is never dropped.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,8 +31,9 @@ from ..vad import FRAME, SileroModel
 from .agreement import LocalAgreement
 
 SAMPLE_RATE = 16000
+EARLY_FINAL_MS = 350  # start the final this long before the end-of-utterance silence is due
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
-Transcribe = Callable[[np.ndarray, str | None], Awaitable[str]]
+Transcribe = Callable[[np.ndarray, str | None], Coroutine[Any, Any, str]]
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,13 @@ class StreamSession:
         self._silence = 0  # samples of non-speech since the last speech frame
         self._since_partial = 0  # samples of speech since the last partial was started
         self._partial: asyncio.Task[None] | None = None
-        self._finals: asyncio.Queue[tuple[_Utterance, np.ndarray, str] | None] = asyncio.Queue()
+        # Early final: once the silence is most of the way to ending the utterance, its
+        # transcription starts; if the silence holds, that result is the final.
+        self._early: asyncio.Task[str] | None = None
+        self._early_len = 0
+        self._finals: asyncio.Queue[
+            tuple[_Utterance, np.ndarray, str, asyncio.Task[str] | None] | None
+        ] = asyncio.Queue()
         self._final_task = asyncio.create_task(self._run_finals())
         self.samples_in = 0  # total audio received, in samples
         self.closed = False
@@ -155,9 +164,18 @@ class StreamSession:
         if speech:
             self._silence = 0
             self._since_partial += FRAME
+            self._cancel_early()  # speech resumed: the early transcription is stale
         else:
             self._silence += FRAME
-        if cfg.use_vad and self._silence >= cfg.end_silence_ms * SAMPLE_RATE // 1000:
+        end_silence = cfg.end_silence_ms * SAMPLE_RATE // 1000
+        early_at = max(FRAME, end_silence - EARLY_FINAL_MS * SAMPLE_RATE // 1000)
+        if cfg.use_vad and self._early is None and early_at <= self._silence < end_silence:
+            self._cancel_partial()  # the final matters more than one more partial
+            self._early_len = self._utt.length
+            self._early = asyncio.create_task(
+                self._transcribe(self._utt.audio.copy(), self.config.language)
+            )
+        if cfg.use_vad and self._silence >= end_silence:
             await self._emit(
                 {
                     "type": "speech_stopped",
@@ -210,17 +228,24 @@ class StreamSession:
     async def _commit(self, reason: str, pad_ms: int = 0) -> int | None:
         utt, self._utt = self._utt, None
         self._cancel_partial()
+        early, self._early = (self._early, None) if reason == "silence" else (None, None)
+        self._cancel_early()
         self._silence = 0
         if utt is None or utt.length == 0:
             return None
-        audio = utt.audio
+        audio = utt.audio[: self._early_len] if early is not None else utt.audio
         if pad_ms:
             audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
-        await self._finals.put((utt, audio, reason))
+        await self._finals.put((utt, audio, reason, early))
         await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
         return utt.id
 
     # -- inference ---------------------------------------------------------------------
+    def _cancel_early(self) -> None:
+        if self._early is not None:
+            self._early.cancel()
+            self._early = None
+
     def _cancel_partial(self) -> None:
         if self._partial is not None:
             self._partial.cancel()  # removes the job from the queue if it has not started
@@ -253,9 +278,12 @@ class StreamSession:
             item = await self._finals.get()
             if item is None:
                 return
-            utt, audio, reason = item
+            utt, audio, reason, early = item
             try:
-                text = await self._transcribe(audio, self.config.language)
+                if early is not None:
+                    text = await early
+                else:
+                    text = await self._transcribe(audio, self.config.language)
             except Exception as exc:
                 logger.opt(exception=exc).error("final transcription failed")
                 message = exc.message if isinstance(exc, APIError) else str(exc)
