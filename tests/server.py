@@ -13,6 +13,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from qwen3_asr_server.serve import Server
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -28,7 +30,7 @@ class LiveServer:
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_config=None, ws_max_size=4 * 1024 * 1024
         )
-        self.server = uvicorn.Server(config)
+        self.server = Server(config)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:

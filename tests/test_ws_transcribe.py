@@ -254,3 +254,14 @@ def test_finals_keep_coming_during_a_long_upload(server: LiveServer) -> None:
     # the uploads (several segments each) were still being transcribed.
     assert first_final < done_at[0]
     assert first_final - started < 6.0
+
+
+def test_server_shutdown_sends_the_open_utterances_final() -> None:
+    with live_server(create_app(whisper_settings())) as srv:
+        ws = open_ws(srv.url, use_server_vad="false")
+        c = Collector(ws)
+        stream(ws, load("sentence_07.wav"), speed=8.0)
+        time.sleep(0.3)
+        srv.server.should_exit = True  # shut down with the utterance still open
+        assert c.closed.wait(30)
+    assert [normalize(t)[:10] for t in c.finals()] == ["he forgot "]

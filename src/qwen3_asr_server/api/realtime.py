@@ -130,7 +130,7 @@ async def realtime(websocket: WebSocket) -> None:
 
     session = new_session(ctx, base_config(ctx, state.use_vad, None), emit)
     try:
-        ctx.sessions.add(session)
+        ctx.sessions.add(session, outbox.drain)
     except SessionLimitError as exc:
         await session.close("rejected")
         await outbox.close()

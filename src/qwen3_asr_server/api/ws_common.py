@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,14 @@ class Outbox:
             except Exception:
                 self.dead = True
                 return
+            finally:
+                self._queue.task_done()
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) until everything queued has been sent."""
+        if not self.dead:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), timeout)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Send what is queued (bounded wait), then stop."""

@@ -73,7 +73,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
 
     session = new_session(ctx, base_config(ctx, use_vad, language), emit)
     try:
-        ctx.sessions.add(session)
+        ctx.sessions.add(session, outbox.drain)
     except SessionLimitError as exc:
         await session.close("rejected")
         await outbox.close()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from loguru import logger
 
 from .session import StreamSession
+
+Drain = Callable[[], Awaitable[None]]
 
 
 class SessionLimitError(Exception):
@@ -16,24 +19,31 @@ class SessionLimitError(Exception):
 class SessionRegistry:
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
-        self._sessions: set[StreamSession] = set()
+        self._sessions: dict[StreamSession, Drain | None] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def add(self, session: StreamSession) -> None:
+    def add(self, session: StreamSession, drain: Drain | None = None) -> None:
+        """`drain` waits until the session's events have reached its client."""
         if len(self._sessions) >= self.max_sessions:
             raise SessionLimitError(
                 f"Too many streaming sessions ({self.max_sessions}, WS_MAX_SESSIONS); retry later."
             )
-        self._sessions.add(session)
+        self._sessions[session] = drain
 
     def remove(self, session: StreamSession) -> None:
-        self._sessions.discard(session)
+        self._sessions.pop(session, None)
 
     async def close_all(self) -> None:
         """Server shutdown: every open utterance gets its final."""
-        sessions = list(self._sessions)
+        sessions = list(self._sessions.items())
         if sessions:
             logger.info("finalizing {} streaming sessions", len(sessions))
-        await asyncio.gather(*(s.close("shutdown") for s in sessions), return_exceptions=True)
+
+        async def finish(session: StreamSession, drain: Drain | None) -> None:
+            await session.close("shutdown")
+            if drain is not None:
+                await drain()
+
+        await asyncio.gather(*(finish(s, d) for s, d in sessions), return_exceptions=True)
