@@ -1,0 +1,41 @@
+"""Device handling: a clear error when CUDA is asked for but absent; the CUDA path itself
+runs only where a GPU is (skipped here, with the reason)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest
+from qwen3_asr_server.engines.qwen import QwenEngine
+from qwen3_asr_server.engines.whisper import WhisperEngine
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu_is_a_clear_load_error(tiny_qwen_dir: Path) -> None:
+    with pytest.raises(ModelLoadError, match="DEVICE=cpu"):
+        QwenEngine(str(tiny_qwen_dir), device="cuda").load()
+    with pytest.raises(ModelLoadError, match="DEVICE=cpu"):
+        WhisperEngine("whisper-tiny.en", device="cuda").load()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU; none on this machine")
+def test_qwen_on_cuda_uses_bf16_and_frees_memory_on_unload(tiny_qwen_dir: Path) -> None:
+    import torch
+
+    engine = QwenEngine(str(tiny_qwen_dir), device="cuda", max_new_tokens=4)
+    engine.load()
+    assert engine.device == "cuda"
+    assert engine._model.model.dtype == torch.bfloat16
+    engine.transcribe(TranscribeRequest(np.zeros(16000, np.float32)))
+    engine.unload()
+    assert torch.cuda.memory_allocated() == 0
