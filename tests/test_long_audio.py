@@ -20,6 +20,7 @@ import webvtt
 
 import speech
 from engines import Recording
+from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
@@ -32,12 +33,6 @@ LONG = "long_2min.wav"
 # Measured 2026-11-22: WER 0.154 on the 2-minute clip (the same sentences as the 12-sentence
 # set, cut into ≤30 s segments at pauses); the bound leaves margin for version noise.
 WER_BOUND = 0.22
-
-
-def whisper_settings(**overrides: object) -> Settings:
-    values: dict[str, object] = {"model_id": "whisper-tiny.en", "idle_timeout": 0}
-    values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import pytest
 import soundfile as sf
 
 import speech
+from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import ModelLoadError, create_engine, detect_engine
@@ -26,12 +27,6 @@ pytestmark = pytest.mark.slow
 # The bound leaves room for run-to-run and version noise, not for a broken pipeline
 # (wrong sample rate or channel mixing gives WER near 1.0).
 WER_BOUND = 0.25
-
-
-def whisper_settings(**overrides: object) -> Settings:
-    values: dict[str, object] = {"model_id": "whisper-tiny.en", "idle_timeout": 0}
-    values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

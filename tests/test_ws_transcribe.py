@@ -15,8 +15,8 @@ import soxr
 
 import speech
 from engines import Recording
+from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from server import LiveServer, live_server
 from streaming_client import Collector, load, open_ws, stream
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.slow
 # Measured: streamed finals on the 12 sentences, WER ~0.2 like the offline path (the same
 # model and whole-utterance audio); the bound leaves room for VAD cut differences.
 WER_BOUND = 0.3
-
-
-def whisper_settings(**overrides: Any) -> Settings:
-    values: dict[str, Any] = {"model_id": "whisper-tiny.en", "idle_timeout": 0}
-    values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -7,24 +7,28 @@ LocalAgreement-stable prefix); `completed` carries the final transcript.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import contextlib
 import json
 import uuid
+from collections.abc import MutableMapping
 from typing import Any
 
 import soxr
 from fastapi import APIRouter, WebSocket
-from loguru import logger
 
 from ..audio import pcm16_to_float
 from ..errors import APIError
-from ..streaming.registry import SessionLimitError
 from ..streaming.session import StreamSession
 from .deps import AppContext
-from .ws_common import Outbox, base_config, new_session, websocket_api_key_ok
+from .ws_common import (
+    Outbox,
+    base_config,
+    new_session,
+    register,
+    serve_session,
+    websocket_api_key_ok,
+)
 
 router = APIRouter()
 RATES = (8000, 16000, 24000, 48000)
@@ -129,49 +133,29 @@ async def realtime(websocket: WebSocket) -> None:
         await outbox.put(*to_openai(event, state))
 
     session = new_session(ctx, base_config(ctx, state.use_vad, None), emit)
-    try:
-        ctx.sessions.add(session, outbox.drain)
-    except SessionLimitError as exc:
-        await session.close("rejected")
-        await outbox.close()
-        await websocket.send_json(error_event(str(exc), "too_many_sessions"))
+    refused = await register(ctx, session, outbox)
+    if refused:
+        await websocket.send_json(error_event(refused, "too_many_sessions"))
         await websocket.close(1013)
         return
     created = {"type": "session.created", "event_id": event_id(), "session": state.describe(False)}
     await outbox.put(created)
     max_samples = int(settings.ws_max_session_s * 16000)
-    reason = "disconnect"
-    try:
-        while not outbox.dead:
-            try:
-                received = await asyncio.wait_for(websocket.receive(), settings.ws_idle_timeout)
-            except TimeoutError:
-                await outbox.put(error_event("No events; closing the session.", "idle_timeout"))
-                reason = "idle"
-                break
-            if received["type"] == "websocket.disconnect":
-                break
-            text = received.get("text")
-            if text is None:
-                await outbox.put(error_event("Send JSON text events.", "invalid_event"))
-                continue
-            if len(text) > settings.ws_max_frame_bytes:
-                msg = f"Event of {len(text)} bytes over WS_MAX_FRAME_BYTES."
-                await outbox.put(error_event(msg, "event_too_large"))
-                continue
-            if not await handle_event(ctx, session, state, outbox, text, max_samples):
-                reason = "limit"
-                break
-        if outbox.dead:
-            reason = "slow_client"
-    except Exception as exc:
-        logger.opt(exception=exc).warning("realtime loop ended")
-    finally:
-        ctx.sessions.remove(session)
-        await session.close(reason)
-        await outbox.close()
-        with contextlib.suppress(Exception):
-            await websocket.close()
+
+    async def on_message(received: MutableMapping[str, Any]) -> str | None:
+        text = received.get("text")
+        if text is None:
+            await outbox.put(error_event("Send JSON text events.", "invalid_event"))
+            return None
+        if len(text) > settings.ws_max_frame_bytes:
+            msg = f"Event of {len(text)} bytes over WS_MAX_FRAME_BYTES."
+            await outbox.put(error_event(msg, "event_too_large"))
+            return None
+        keep = await handle_event(ctx, session, state, outbox, text, max_samples)
+        return None if keep else "limit"
+
+    idle = error_event("No events; closing the session.", "idle_timeout")
+    await serve_session(ctx, websocket, session, outbox, on_message, idle)
 
 
 def to_openai(event: dict[str, Any], state: RealtimeState) -> tuple[dict[str, Any], bool]:

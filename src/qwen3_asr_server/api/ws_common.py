@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import numpy as np
 from fastapi import WebSocket
 from loguru import logger
 
+from ..streaming.registry import SessionLimitError
 from ..streaming.session import StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
 
@@ -112,3 +113,55 @@ def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamC
         max_utterance_s=s.ws_max_utterance_s,
         flush_silence_ms=s.ws_flush_silence_ms,
     )
+
+
+async def register(ctx: AppContext, session: StreamSession, outbox: Outbox) -> str | None:
+    """Add the session to the bounded registry; on refusal, release it and say why."""
+    try:
+        ctx.sessions.add(session, outbox.drain)
+    except SessionLimitError as exc:
+        await session.close("rejected")
+        await outbox.close()
+        return str(exc)
+    return None
+
+
+Handler = Callable[[MutableMapping[str, Any]], Awaitable[str | None]]
+
+
+async def serve_session(
+    ctx: AppContext,
+    websocket: WebSocket,
+    session: StreamSession,
+    outbox: Outbox,
+    handle: Handler,
+    idle_error: dict[str, Any],
+) -> None:
+    """The receive loop both endpoints share. `handle` gets each message and returns a
+    reason to end the session, or None. However the loop ends (disconnect, idle, limit, slow
+    client, a broken socket), the session is closed, so its buffered audio is transcribed."""
+    reason = "disconnect"
+    try:
+        while not outbox.dead:
+            try:
+                received = await asyncio.wait_for(websocket.receive(), ctx.settings.ws_idle_timeout)
+            except TimeoutError:
+                await outbox.put(idle_error)
+                reason = "idle"
+                break
+            if received["type"] == "websocket.disconnect":
+                break
+            ended = await handle(received)
+            if ended:
+                reason = ended
+                break
+        if outbox.dead:
+            reason = "slow_client"
+    except Exception as exc:  # a broken socket must not lose the buffered audio
+        logger.opt(exception=exc).warning("websocket loop ended")
+    finally:
+        ctx.sessions.remove(session)
+        await session.close(reason)  # transcribed (and logged) even if the client is gone
+        await outbox.close()
+        with contextlib.suppress(Exception):
+            await websocket.close()

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import soxr
 from fastapi import APIRouter, WebSocket
-from loguru import logger
 
 from ..audio import pcm16_to_float
 from ..errors import APIError
-from ..streaming.registry import SessionLimitError
 from .deps import AppContext
-from .ws_common import Outbox, base_config, new_session, websocket_api_key_ok
+from .ws_common import (
+    Outbox,
+    base_config,
+    new_session,
+    register,
+    serve_session,
+    websocket_api_key_ok,
+)
 
 router = APIRouter()
 SAMPLE_RATES = (8000, 16000)
@@ -72,12 +76,9 @@ async def ws_transcribe(websocket: WebSocket) -> None:
             await outbox.put(error(event["code"], event["message"], 500))
 
     session = new_session(ctx, base_config(ctx, use_vad, language), emit)
-    try:
-        ctx.sessions.add(session, outbox.drain)
-    except SessionLimitError as exc:
-        await session.close("rejected")
-        await outbox.close()
-        await refuse(websocket, error("TOO_MANY_SESSIONS", str(exc), 503), 1013)
+    refused = await register(ctx, session, outbox)
+    if refused:
+        await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
         return
     await outbox.put(
         {
@@ -93,47 +94,31 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         soxr.ResampleStream(8000, 16000, 1, dtype="float32") if sample_rate == 8000 else None
     )
     max_samples = int(settings.ws_max_session_s * 16000)
-    reason = "disconnect"
-    try:
-        while not outbox.dead:
-            try:
-                received = await asyncio.wait_for(websocket.receive(), settings.ws_idle_timeout)
-            except TimeoutError:
-                await outbox.put(error("IDLE_TIMEOUT", "No audio or message; closing.", 408))
-                reason = "idle"
-                break
-            if received["type"] == "websocket.disconnect":
-                break
-            data, text = received.get("bytes"), received.get("text")
-            size = len(data) if data is not None else len(text or "")
-            if size > settings.ws_max_frame_bytes:
-                limit = settings.ws_max_frame_bytes
-                msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
-                await outbox.put(error("FRAME_TOO_LARGE", msg, 413))
-                continue
-            if data is not None:
-                samples = pcm16_to_float(data)
-                if resampler is not None:
-                    samples = resampler.resample_chunk(samples)
-                if session.samples_in + len(samples) > max_samples:
-                    limit_s = settings.ws_max_session_s
-                    msg = f"The session reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
-                    await outbox.put(error("SESSION_TOO_LONG", msg, 413))
-                    reason = "limit"
-                    break
-                await session.feed(samples)
-            elif text is not None:
-                await handle_action(ctx, session, outbox, text)
-        if outbox.dead:
-            reason = "slow_client"
-    except Exception as exc:  # a broken socket must not lose the buffered audio
-        logger.opt(exception=exc).warning("websocket loop ended")
-    finally:
-        ctx.sessions.remove(session)
-        await session.close(reason)  # buffered audio is transcribed (and logged) even if gone
-        await outbox.close()
-        with contextlib.suppress(Exception):
-            await websocket.close()
+
+    async def on_message(received: MutableMapping[str, Any]) -> str | None:
+        data, text = received.get("bytes"), received.get("text")
+        size = len(data) if data is not None else len(text or "")
+        if size > settings.ws_max_frame_bytes:
+            limit = settings.ws_max_frame_bytes
+            msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
+            await outbox.put(error("FRAME_TOO_LARGE", msg, 413))
+            return None
+        if data is not None:
+            samples = pcm16_to_float(data)
+            if resampler is not None:
+                samples = resampler.resample_chunk(samples)
+            if session.samples_in + len(samples) > max_samples:
+                limit_s = settings.ws_max_session_s
+                msg = f"The session reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
+                await outbox.put(error("SESSION_TOO_LONG", msg, 413))
+                return "limit"
+            await session.feed(samples)
+        elif text is not None:
+            await handle_action(ctx, session, outbox, text)
+        return None
+
+    idle = error("IDLE_TIMEOUT", "No audio or message; closing.", 408)
+    await serve_session(ctx, websocket, session, outbox, on_message, idle)
 
 
 async def handle_action(ctx: AppContext, session: Any, outbox: Outbox, text: str) -> None:
