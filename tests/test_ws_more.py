@@ -52,6 +52,12 @@ def test_qwen_engine_behind_the_streaming_core(tiny_qwen_dir: Path) -> None:
             audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
             stream(ws, audio, speed=4.0)
             assert c.wait_for(lambda c: len(c.finals()) >= 1, timeout=30)
+            assert srv.get("/health").json()["streaming_sessions"] == 1
         # random weights: the words are noise, the protocol is not
         assert all(isinstance(t, str) for t in c.finals())
         assert srv.ctx.manager.loaded
+        for _ in range(100):  # the closed session leaves the registry
+            if srv.get("/health").json()["streaming_sessions"] == 0:
+                break
+            __import__("time").sleep(0.05)
+        assert srv.get("/health").json()["streaming_sessions"] == 0

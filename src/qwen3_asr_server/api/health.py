@@ -42,6 +42,7 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "device": engine.device,
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
+        "streaming_sessions": len(ctx.sessions),
         "uptime_s": round(time.monotonic() - ctx.started_at, 3),
         "last_load_error": ctx.manager.last_error,
         **_cuda_info(),
