@@ -111,7 +111,8 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = argparse.ArgumentParser()
     parser.add_argument("--sentences", type=int, default=12)
-    parser.add_argument("--streams", default="1,2,4,6")
+    parser.add_argument("--streams", default="1,2,3,4")
+    parser.add_argument("--concurrent-sentences", type=int, default=8)
     args = parser.parse_args()
     names = sorted(speech.sentences())[: args.sentences]
     server = ServerProcess(
@@ -130,7 +131,7 @@ def main() -> None:
             f"{out['revised'] / max(1, out['partial_words']) * 100:.1f}% "
             f"({out['partial_words']} partial words)"
         )
-        few = names[:4]
+        few = names[: args.concurrent_sentences]
         for upload in (False, True):
             for n in [int(x) for x in args.streams.split(",")]:
                 out = concurrent(server.url, n, few, upload)
