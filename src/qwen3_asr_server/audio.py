@@ -36,12 +36,6 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
 
 
-def resample(samples: np.ndarray, rate: int, target: int = SAMPLE_RATE) -> np.ndarray:
-    if rate == target or len(samples) == 0:
-        return samples.astype(np.float32, copy=False)
-    return soxr.resample(samples, rate, target).astype(np.float32, copy=False)
-
-
 def is_raw_pcm(content_type: str | None, filename: str | None) -> bool:
     ctype = (content_type or "").split(";")[0].strip().lower()
     return ctype in PCM_TYPES or (filename or "").lower().endswith(PCM_SUFFIXES)

@@ -52,12 +52,16 @@ def verbose_json_body(
         "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
     }
     if words:
-        body["words"] = [
-            {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
-            for s in result.segments
-            for w in s.words
-        ]
+        body["words"] = words_body(result.segments)
     return body
+
+
+def words_body(segments: list[Segment]) -> list[dict[str, Any]]:
+    return [
+        {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+        for s in segments
+        for w in s.words
+    ]
 
 
 def timestamp(seconds: float, sep: str) -> str:

@@ -203,12 +203,17 @@ class TranscriptionService:
         )
 
 
-def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Transcription:
+def overall_language(parts: list[SegmentResult], forced: str | None) -> str | None:
+    """The forced language, else the one most segments with text were detected in."""
     languages = [p.language for p in parts if p.language and p.text]
     detected = max(set(languages), key=languages.count) if languages else None
+    return forced or detected or (parts[0].language if parts else None)
+
+
+def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Transcription:
     return Transcription(
         text=join_texts([p.text for p in parts]),
-        language=language or detected or (parts[0].language if parts else None),
+        language=overall_language(parts, language),
         duration=len(audio.samples) / SAMPLE_RATE,
         segments=[s for p in parts for s in p.segments],
         engine_seconds=sum(p.engine_seconds for p in parts),

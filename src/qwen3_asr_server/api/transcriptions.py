@@ -13,8 +13,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..audio import Audio, decode_audio
 from ..errors import BadRequestError, TooLargeError
-from ..formats import json_body, language_label, to_srt, to_vtt, verbose_json_body
-from ..service import Options, Transcription
+from ..formats import (
+    json_body,
+    language_label,
+    to_srt,
+    to_vtt,
+    verbose_json_body,
+    words_body,
+)
+from ..service import Options, Transcription, overall_language
 from ..text import join_texts
 from .deps import AppContext, get_ctx, require_api_key
 from .sse import sse_response
@@ -66,11 +73,7 @@ def format_response(
         return JSONResponse(body, headers=headers)
     body = json_body(result)
     if options.word_timestamps:  # the seed's return_timestamps=true
-        body["words"] = [
-            {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
-            for s in result.segments
-            for w in s.words
-        ]
+        body["words"] = words_body(result.segments)
     return JSONResponse(body, headers=headers)
 
 
@@ -88,14 +91,13 @@ def parse_granularities(values: list[str] | None) -> set[str]:
 async def openai_events(
     ctx: AppContext, audio: Audio, options: Options
 ) -> AsyncIterator[dict[str, Any]]:
-    texts: list[str] = []
+    full = ""
     async for part in ctx.transcriber.stream(audio, options):
-        if not part.text:
-            continue
-        delta = join_texts([*texts, part.text])[len(join_texts(texts)) :]
-        texts.append(part.text)
-        yield {"type": "transcript.text.delta", "delta": delta}
-    yield {"type": "transcript.text.done", "text": join_texts(texts)}
+        joined = join_texts([full, part.text])
+        if joined != full:  # the delta carries its leading space, so deltas concatenate
+            yield {"type": "transcript.text.delta", "delta": joined[len(full) :]}
+            full = joined
+    yield {"type": "transcript.text.done", "text": full}
 
 
 async def seed_events(
@@ -112,11 +114,10 @@ async def seed_events(
             "text": part.text,
             "language": language_label(part.language),
         }
-    languages = [p.language for p in parts if p.language and p.text]
     yield {
         "type": "done",
         "text": join_texts([p.text for p in parts]),
-        "language": language_label(options.language or (languages[0] if languages else None)),
+        "language": language_label(overall_language(parts, options.language)),
         "duration": round(audio.duration, 3),
         "segments": len(parts),
     }

@@ -52,10 +52,8 @@ class StreamConfig:
 class _Utterance:
     """The open utterance's audio, bounded by max_utterance_s (forced final)."""
 
-    _ids = itertools.count(1)
-
-    def __init__(self, capacity: int, start_sample: int) -> None:
-        self.id = next(self._ids)
+    def __init__(self, utterance_id: int, capacity: int, start_sample: int) -> None:
+        self.id = utterance_id
         self.buf = np.zeros(capacity, dtype=np.float32)
         self.length = 0
         self.start_sample = start_sample
@@ -82,6 +80,7 @@ class StreamSession:
         self._emit = emit
         self._vad = vad.stream() if vad is not None else None
         self._agreement = LocalAgreement()
+        self._utterance_ids = itertools.count(1)
         self._leftover = np.zeros(0, dtype=np.float32)
         self._preroll: list[np.ndarray] = []
         self._utt: _Utterance | None = None
@@ -121,7 +120,7 @@ class StreamSession:
             frame[: len(self._leftover)] = self._leftover
             self._leftover = np.zeros(0, dtype=np.float32)
             if self._utt is not None:
-                self._utt.add(frame[:FRAME])
+                self._utt.add(frame)
         return await self._commit(reason, pad_ms=self.config.flush_silence_ms)
 
     async def reset(self) -> int | None:
@@ -197,7 +196,7 @@ class StreamSession:
         pre = np.concatenate(self._preroll) if self._preroll else np.zeros(0, np.float32)
         self._preroll = []
         start = self.samples_in - len(self._leftover) - len(pre) - FRAME
-        self._utt = _Utterance(capacity, max(0, start))
+        self._utt = _Utterance(next(self._utterance_ids), capacity, max(0, start))
         self._utt.add(pre[: capacity - FRAME])
         self._utt.add(frame)
         self._silence = 0
@@ -221,7 +220,7 @@ class StreamSession:
         utt.length = cut
         await self._commit("max_length")
         capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
-        self._utt = _Utterance(capacity, utt.start_sample + cut)
+        self._utt = _Utterance(next(self._utterance_ids), capacity, utt.start_sample + cut)
         self._utt.add(rest)
         self._since_partial = len(rest)
 
@@ -255,8 +254,6 @@ class StreamSession:
         window = utt.audio[-int(self.config.window_max_s * SAMPLE_RATE) :].copy()
         try:
             text = await self._transcribe(window, self.config.language)
-        except asyncio.CancelledError:
-            raise
         except APIError as exc:  # queue full / timeout: skip this partial, keep going
             logger.debug("partial skipped: {}", exc.message)
             text = None
