@@ -23,11 +23,13 @@ class Recording:
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def transcribe(self, request: Any) -> Any:
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         with self.lock:
             self.calls.append(len(request.audio) / 16000)
             number = len(self.calls)
         if self.fail_on is not None and number == self.fail_on:
             raise RuntimeError(f"engine failure on call {number}")
         time.sleep(self.delay)
-        return self.inner.transcribe(request)
+        if should_stop is None:
+            return self.inner.transcribe(request)
+        return self.inner.transcribe(request, should_stop)

@@ -33,11 +33,11 @@ class SlowSingles:
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def transcribe(self, request: Any) -> Any:
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         time.sleep(self.delay)
         return self.inner.transcribe(request)
 
-    def transcribe_batch(self, requests: list[Any]) -> list[Any]:
+    def transcribe_batch(self, requests: list[Any], should_stop: Any = None) -> list[Any]:
         self.batch_sizes.append(len(requests))
         return self.inner.transcribe_batch(requests)
 

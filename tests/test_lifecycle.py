@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest, TranscribeResult
-from qwen3_asr_server.errors import ModelUnavailableError
+from qwen3_asr_server.errors import ServiceUnavailableError
 from qwen3_asr_server.lifecycle import ModelManager
 
 
@@ -19,8 +20,12 @@ class FakeEngine:
     device = "cpu"
     languages = None
 
-    def __init__(self, load_seconds: float = 0.0, failures: int = 0) -> None:
+    def __init__(
+        self, load_seconds: float = 0.0, failures: int = 0, unload_seconds: float = 0.0
+    ) -> None:
         self.load_seconds = load_seconds
+        self.unload_seconds = unload_seconds
+        self.attempts = 0
         self.failures = failures
         self.loads = 0
         self.unloads = 0
@@ -28,6 +33,8 @@ class FakeEngine:
         self.lock = threading.Lock()
 
     def load(self) -> None:
+        with self.lock:
+            self.attempts += 1
         time.sleep(self.load_seconds)
         with self.lock:
             if self.failures > 0:
@@ -37,10 +44,11 @@ class FakeEngine:
             self.loaded = True
 
     def unload(self) -> None:
+        time.sleep(self.unload_seconds)
         self.unloads += 1
         self.loaded = False
 
-    def transcribe(self, request: TranscribeRequest) -> TranscribeResult:
+    def transcribe(self, request: TranscribeRequest, should_stop: Any = None) -> TranscribeResult:
         return TranscribeResult(text="", language=None)
 
 
@@ -123,15 +131,16 @@ async def test_idle_timeout_zero_never_unloads() -> None:
 
 async def test_failed_load_gives_503_then_recovers() -> None:
     engine = FakeEngine(failures=1)
-    manager = ModelManager(engine, idle_timeout=0)
-    with pytest.raises(ModelUnavailableError) as info:
+    manager = ModelManager(engine, idle_timeout=0, retry_backoff=0.05)
+    with pytest.raises(ServiceUnavailableError) as info:
         async with manager.use():
             pass
-    assert info.value.status == 503
+    assert info.value.status == 503 and info.value.code == "model_unavailable"
     assert "MODEL_ID" in info.value.message
     assert manager.last_error is not None
     assert not manager.loaded
     assert manager.users == 0
+    await asyncio.sleep(0.06)  # past the backoff
     async with manager.use():
         pass
     assert manager.loaded
@@ -144,3 +153,95 @@ async def test_preload_loads_at_start() -> None:
     await manager.start(preload=True)
     assert manager.loaded and engine.loads == 1
     await manager.stop()
+
+
+async def test_cancelled_waiter_neither_cancels_the_load_nor_starts_a_second() -> None:
+    """A caller cancelled mid-load (timeout, disconnect, superseded partial): the load goes
+    on, the next caller joins it, and the model is loaded exactly once and known loaded."""
+    engine = FakeEngine(load_seconds=0.3)
+    manager = ModelManager(engine, idle_timeout=0.5, check_interval=0.05)
+    await manager.start()
+    try:
+
+        async def use() -> None:
+            async with manager.use():
+                pass
+
+        first = asyncio.create_task(use())
+        await asyncio.sleep(0.1)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert manager.state == "loading"
+        await use()  # joins the same load
+        assert engine.attempts == 1 and engine.loads == 1 and manager.loaded
+        # The model is known loaded, so the idle watchdog gives it back.
+        await asyncio.sleep(0.8)
+        assert not manager.loaded and engine.unloads == 1
+    finally:
+        await manager.stop()
+
+
+async def test_all_waiters_cancelled_the_load_still_completes() -> None:
+    engine = FakeEngine(load_seconds=0.2)
+    manager = ModelManager(engine, idle_timeout=0)
+
+    async def use() -> None:
+        async with manager.use():
+            pass
+
+    tasks = [asyncio.create_task(use()) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0.3)
+    assert manager.loaded and engine.loads == 1 and engine.attempts == 1
+    await manager.stop()
+    assert engine.unloads == 1
+
+
+async def test_request_during_unload_waits_and_loads_again() -> None:
+    engine = FakeEngine(unload_seconds=0.3)
+    manager = ModelManager(engine, idle_timeout=0.05, check_interval=0.02)
+    await manager.start()
+    try:
+        async with manager.use():
+            pass
+        for _ in range(100):  # wait until the watchdog has begun the unload
+            if manager.state == "unloading":
+                break
+            await asyncio.sleep(0.01)
+        assert manager.state == "unloading"
+        async with manager.use() as used:
+            assert used.loaded  # type: ignore[attr-defined]  # never a torn-down engine
+            assert manager.loaded
+        assert engine.unloads == 1 and engine.loads == 2
+    finally:
+        await manager.stop()
+
+
+async def test_failed_load_answers_every_waiter_once_then_backs_off() -> None:
+    engine = FakeEngine(load_seconds=0.1, failures=5)
+    manager = ModelManager(engine, idle_timeout=0, retry_backoff=0.3, max_backoff=1.0)
+
+    async def use() -> BaseException | None:
+        try:
+            async with manager.use():
+                return None
+        except ServiceUnavailableError as exc:
+            return exc
+
+    errors = await asyncio.gather(*[use() for _ in range(10)])
+    assert engine.attempts == 1  # one load for all ten waiters
+    assert all(isinstance(e, ServiceUnavailableError) for e in errors)
+    # Within the backoff: refused at once, no new attempt, and told when to come back.
+    again = await use()
+    assert isinstance(again, ServiceUnavailableError)
+    assert engine.attempts == 1
+    assert again.headers["Retry-After"] == "1"
+    assert "try to load the model again" in again.message
+    await asyncio.sleep(0.35)
+    await use()
+    assert engine.attempts == 2  # retried after the backoff, which now doubles
+    assert 0.4 < manager.retry_in() <= 0.6

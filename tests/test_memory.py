@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ class EchoEngine:
 
     def unload(self) -> None: ...
 
-    def transcribe(self, request: TranscribeRequest) -> TranscribeResult:
+    def transcribe(self, request: TranscribeRequest, should_stop: Any = None) -> TranscribeResult:
         assert request.audio.base is not None  # a view into the upload, not a copy
         seconds = len(request.audio) / 16000
         return TranscribeResult("word", "en", [Segment(0, seconds, "word")])
@@ -33,7 +34,9 @@ class EchoEngine:
     def batch_key(self, request: TranscribeRequest) -> None:
         return None
 
-    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]:
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: Any = None
+    ) -> list[TranscribeResult]:
         return [self.transcribe(r) for r in requests]
 
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from qwen3_asr_server.errors import QueueFullError, RequestTimeoutError
-from qwen3_asr_server.scheduler import BATCH, REALTIME, BatchSpec, PriorityScheduler
+from qwen3_asr_server.scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 
 
 @pytest.fixture
@@ -244,5 +244,100 @@ async def test_a_failed_batch_is_retried_one_by_one() -> None:
         await holder
         assert results[0] == 10 and results[2] == 30  # neighbours are not lost
         assert isinstance(results[1], ValueError)
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def queue_in_order(
+    sched: PriorityScheduler, jobs: list[tuple[str, int]]
+) -> tuple[list[str], list[asyncio.Task[None]], asyncio.Task[str], threading.Event]:
+    holder, release = await occupy(sched)
+    order: list[str] = []
+    tasks = []
+    for name, prio in jobs:
+        tasks.append(
+            asyncio.create_task(sched.submit(lambda n=name: order.append(n), priority=prio))
+        )
+        await asyncio.sleep(0.01)
+    return order, tasks, holder, release
+
+
+async def test_finals_then_partials_then_uploads() -> None:
+    sched = PriorityScheduler(max_queue=8, batch_max_wait=60)
+    sched.start()
+    try:
+        jobs = [("b1", BATCH), ("p1", PARTIAL), ("f1", REALTIME), ("p2", PARTIAL), ("f2", REALTIME)]
+        order, tasks, holder, release = await queue_in_order(sched, jobs)
+        release.set()
+        await asyncio.gather(holder, *tasks)
+        assert order == ["f1", "f2", "p1", "p2", "b1"]
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_an_upload_that_waited_goes_before_partials_but_not_finals() -> None:
+    """Partials from many streams must not starve uploads: past batch_max_wait, a batch job
+    runs before any partial; finals still come first."""
+    sched = PriorityScheduler(max_queue=8, batch_max_wait=0.05)
+    sched.start()
+    try:
+        jobs = [("b1", BATCH), ("p1", PARTIAL), ("p2", PARTIAL), ("f1", REALTIME)]
+        order, tasks, holder, release = await queue_in_order(sched, jobs)
+        await asyncio.sleep(0.1)  # b1 has now waited longer than batch_max_wait
+        release.set()
+        await asyncio.gather(holder, *tasks)
+        assert order == ["f1", "b1", "p1", "p2"]
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_should_stop_tells_a_running_job_its_caller_left(
+    scheduler: PriorityScheduler,
+) -> None:
+    noticed = threading.Event()
+
+    def runaway() -> str:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if scheduler.should_stop():
+                noticed.set()
+                return "stopped"
+            time.sleep(0.005)
+        return "ran to the end"
+
+    started = time.monotonic()
+    with pytest.raises(RequestTimeoutError):
+        await scheduler.submit(runaway, timeout=0.2)
+    assert await asyncio.to_thread(noticed.wait, 2)
+    assert time.monotonic() - started < 1.5
+    assert not scheduler.should_stop()  # outside a job: nothing to stop
+    assert await scheduler.submit(lambda: "next") == "next"
+
+
+async def test_should_stop_waits_for_every_member_of_a_batch() -> None:
+    sched = PriorityScheduler(max_queue=8, max_batch=4)
+    sched.start()
+    seen: list[bool] = []
+    release = threading.Event()
+
+    def run_many(items: list[int]) -> list[int]:
+        release.wait(5)
+        seen.append(sched.should_stop())
+        return items
+
+    try:
+        holder, hold_release = await occupy(sched)
+        spec = [BatchSpec("k", i, run_many) for i in range(2)]
+        a = asyncio.create_task(sched.submit(lambda: 0, batch=spec[0]))
+        b = asyncio.create_task(sched.submit(lambda: 1, batch=spec[1]))
+        await asyncio.sleep(0.05)
+        hold_release.set()
+        await holder
+        await asyncio.sleep(0.05)
+        a.cancel()  # one member left: the other still wants its result
+        await asyncio.sleep(0.05)
+        release.set()
+        assert await b == 1
+        assert seen == [False]
     finally:
         await asyncio.to_thread(sched.stop)

@@ -1,16 +1,33 @@
-"""ModelManager: load on first use (single flight), unload when idle, never while in use."""
+"""ModelManager: load on first use (single flight), unload when idle, never while in use.
+
+States: unloaded -> loading -> loaded -> unloading -> unloaded. Every transition happens on
+the event loop; the blocking load/unload runs in a thread inside one task per transition:
+
+- A load is one task. Every waiter awaits that same task through `asyncio.shield`, so a
+  waiter that is cancelled (client timeout, disconnect, a partial superseded) never cancels
+  the load and never starts a second one.
+- An unload is one task too. A request that arrives during it waits for it to finish and
+  then loads again; it never receives an engine that is being torn down.
+- A failed load answers every waiter of that load with one 503. The next attempt waits for
+  a backoff (`retry_backoff`, doubling up to `max_backoff`); until then requests get a 503
+  whose Retry-After says when the server will try again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from typing import Literal
 
 from loguru import logger
 
 from .engines.base import Engine, ModelLoadError
-from .errors import ModelUnavailableError
+from .errors import ServiceUnavailableError
+
+State = Literal["unloaded", "loading", "loaded", "unloading"]
 
 
 class ModelManager:
@@ -29,23 +46,39 @@ class ModelManager:
         idle_timeout: float,
         busy: Callable[[], bool] = lambda: False,
         check_interval: float | None = None,
+        retry_backoff: float = 5.0,
+        max_backoff: float = 60.0,
     ) -> None:
         self.engine = engine
         self.idle_timeout = idle_timeout
         self._busy = busy
         self._interval = check_interval or max(0.05, min(idle_timeout / 4, 5.0))
-        self._lock = asyncio.Lock()
+        self._retry_backoff = retry_backoff
+        self._max_backoff = max_backoff
         self._users = 0
         self._last_used = time.monotonic()
         self._watchdog: asyncio.Task[None] | None = None
-        self.loaded = False
+        self._load_task: asyncio.Task[None] | None = None
+        self._unload_task: asyncio.Task[None] | None = None
+        self._failures = 0  # consecutive failed loads
+        self._retry_at = 0.0  # monotonic time before which no new load is attempted
+        self.state: State = "unloaded"
         self.loads = 0
         self.unloads = 0
+        self.load_attempts = 0
         self.last_error: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.state == "loaded"
 
     @property
     def users(self) -> int:
         return self._users
+
+    def retry_in(self) -> float:
+        """Seconds until the next load may be attempted after a failure (0: now)."""
+        return max(0.0, self._retry_at - time.monotonic())
 
     async def start(self, preload: bool = False) -> None:
         if preload:
@@ -59,37 +92,74 @@ class ModelManager:
             with suppress(asyncio.CancelledError):
                 await self._watchdog
             self._watchdog = None
-        async with self._lock:
-            if self.loaded:
-                await asyncio.to_thread(self._unload)
-
-    async def ensure_loaded(self) -> None:
+        for task in (self._load_task, self._unload_task):
+            if task is not None:
+                with suppress(Exception):
+                    await asyncio.shield(task)
         if self.loaded:
-            return
-        async with self._lock:
-            if self.loaded:
-                return
-            started = time.perf_counter()
-            logger.info("loading {} model {}", self.engine.name, self.engine.model_id)
-            try:
-                await asyncio.to_thread(self.engine.load)
-            except ModelLoadError as exc:
+            await self._begin_unload()
+
+    # -- loading -----------------------------------------------------------------------
+    async def ensure_loaded(self) -> None:
+        while self.state != "loaded":
+            if self._unload_task is not None:  # wait for the teardown, then load afresh
+                with suppress(Exception):
+                    await asyncio.shield(self._unload_task)
+                continue
+            if self._load_task is None:
+                wait = self.retry_in()
+                if wait > 0:
+                    seconds = math.ceil(wait)
+                    raise ServiceUnavailableError(
+                        f"{self.last_error} The server will try to load the model again in "
+                        f"{seconds} s.",
+                        code="model_unavailable",
+                        retry_after=seconds,
+                    )
+                self.state = "loading"
+                self._load_task = asyncio.create_task(self._load(), name="model-load")
+                self._load_task.add_done_callback(_consume_error)
+            await asyncio.shield(self._load_task)  # raises the load's error to every waiter
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        self.load_attempts += 1
+        logger.info("loading {} model {}", self.engine.name, self.engine.model_id)
+        try:
+            await asyncio.to_thread(self.engine.load)
+        except asyncio.CancelledError:  # only at shutdown: the waiters are shielded
+            self.state = "unloaded"
+            raise
+        except Exception as exc:
+            self.state = "unloaded"
+            self._failures += 1
+            backoff = min(self._max_backoff, self._retry_backoff * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + backoff
+            if isinstance(exc, ModelLoadError):
                 self.last_error = str(exc)
-                logger.error("model load failed: {}", exc)
-                raise ModelUnavailableError(str(exc)) from exc
-            except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                logger.opt(exception=exc).error("model load failed")
-                raise ModelUnavailableError(
-                    f"Could not load the model {self.engine.model_id!r}: {self.last_error}"
-                ) from exc
-            self.loaded = True
-            self.loads += 1
-            self.last_error = None
-            self._last_used = time.monotonic()
-            logger.info(
-                "model loaded on {} in {:.2f} s", self.engine.device, time.perf_counter() - started
-            )
+                logger.error("model load failed (retry in {:g} s): {}", backoff, exc)
+            else:
+                self.last_error = (
+                    f"Could not load the model {self.engine.model_id!r}: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                logger.opt(exception=exc).error("model load failed (retry in {:g} s)", backoff)
+            raise ServiceUnavailableError(
+                f"{self.last_error} The server will try again in {backoff:g} s.",
+                code="model_unavailable",
+                retry_after=math.ceil(backoff),
+            ) from exc
+        finally:
+            self._load_task = None
+        self.state = "loaded"
+        self.loads += 1
+        self._failures = 0
+        self._retry_at = 0.0
+        self.last_error = None
+        self._last_used = time.monotonic()
+        logger.info(
+            "model loaded on {} in {:.2f} s", self.engine.device, time.perf_counter() - started
+        )
 
     @asynccontextmanager
     async def use(self) -> AsyncIterator[Engine]:
@@ -102,34 +172,39 @@ class ModelManager:
             self._users -= 1
             self._last_used = time.monotonic()
 
+    # -- unloading ---------------------------------------------------------------------
     def idle_for(self) -> float:
         return time.monotonic() - self._last_used
 
     async def unload_if_idle(self) -> bool:
         if not self._idle():
             return False
-        async with self._lock:
-            if not self._idle():
-                return False
-            logger.info("unloading the model after {:.0f} s idle", self.idle_for())
-            await asyncio.to_thread(self._unload)
-            return True
+        logger.info("unloading the model after {:.0f} s idle", self.idle_for())
+        await self._begin_unload()
+        return True
+
+    async def _begin_unload(self) -> None:
+        """Tear the engine down in a thread; callers during it wait, then load again."""
+        self.state = "unloading"
+        self._unload_task = asyncio.create_task(self._unload(), name="model-unload")
+        await asyncio.shield(self._unload_task)
+
+    async def _unload(self) -> None:
+        try:
+            await asyncio.to_thread(self.engine.unload)
+        finally:
+            self.state = "unloaded"
+            self.unloads += 1
+            self._unload_task = None
 
     def _idle(self) -> bool:
         return (
-            self.loaded
+            self.state == "loaded"
             and self._users == 0
             and not self._busy()
             and self.idle_timeout > 0
             and self.idle_for() >= self.idle_timeout
         )
-
-    def _unload(self) -> None:
-        try:
-            self.engine.unload()
-        finally:
-            self.loaded = False
-            self.unloads += 1
 
     async def _watch(self) -> None:
         while True:
@@ -138,3 +213,9 @@ class ModelManager:
                 await self.unload_if_idle()
             except Exception as exc:  # keep watching; a failed unload is logged, not fatal
                 logger.opt(exception=exc).error("idle unload failed")
+
+
+def _consume_error(task: asyncio.Task[None]) -> None:
+    """A load whose waiters all went away must not log 'exception never retrieved'."""
+    if not task.cancelled():
+        task.exception()

@@ -1,10 +1,13 @@
 """One priority queue, one inference thread.
 
-Jobs are ordered by (priority, arrival): real-time (0) before batch (1), FIFO within a
-priority. A caller that times out or goes away cancels its job: a job that has not started
-is removed from the queue, a running job's result is dropped. The worker thread survives
-every exception, and delivering a result to a caller that is gone is never an error (the
-seed's queue died exactly there, see DESIGN.md §4).
+Jobs are ordered by (priority, arrival): streaming finals (REALTIME) before streaming
+partials (PARTIAL) before uploads (BATCH), FIFO within a priority. Partials never starve
+uploads: a batch job that has waited `batch_max_wait` seconds runs before any partial (still
+after finals). A caller that times out or goes away cancels its job: a job that has not
+started is removed from the queue; a running job's result is dropped, and the engine can
+poll `should_stop()` on the worker thread to end its generation early. The worker thread
+survives every exception, and delivering a result to a caller that is gone is never an
+error (the seed's queue died exactly there, see DESIGN.md §4).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextvars
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -24,8 +28,9 @@ from .errors import QueueFullError, RequestTimeoutError, ServiceUnavailableError
 
 T = TypeVar("T")
 
-REALTIME = 0
-BATCH = 1
+REALTIME = 0  # streaming finals
+PARTIAL = 1  # streaming partials
+BATCH = 2  # uploads
 
 
 @dataclass(order=True)
@@ -38,6 +43,7 @@ class _Job(Generic[T]):
     # The caller's context (request id for the logs) travels with the job to the thread.
     context: contextvars.Context = field(default_factory=contextvars.copy_context, compare=False)
     batch: BatchSpec | None = field(default=None, compare=False)
+    queued_at: float = field(default_factory=time.monotonic, compare=False)
     state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
 
 
@@ -62,9 +68,17 @@ def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 
 class PriorityScheduler:
-    def __init__(self, max_queue: int, max_batch: int = 1, name: str = "inference") -> None:
+    def __init__(
+        self,
+        max_queue: int,
+        max_batch: int = 1,
+        name: str = "inference",
+        batch_max_wait: float = 1.0,
+    ) -> None:
         self.max_queue = max_queue
         self.max_batch = max_batch
+        self.batch_max_wait = batch_max_wait
+        self._local = threading.local()  # the group of jobs running on this worker thread
         self._name = name
         self._heap: list[_Job[Any]] = []
         self._cond = threading.Condition()
@@ -108,6 +122,13 @@ class PriorityScheduler:
     @property
     def busy(self) -> bool:
         return self._running > 0
+
+    def should_stop(self) -> bool:
+        """On the worker thread, inside a job: every caller of the running job (or batch)
+        has gone or timed out, so its result would be dropped. Engines poll this to end a
+        generation early."""
+        group: list[_Job[Any]] = getattr(self._local, "group", [])
+        return bool(group) and all(job.state == "cancelled" for job in group)
 
     # -- submit ------------------------------------------------------------------------
     async def submit(
@@ -166,19 +187,36 @@ class PriorityScheduler:
                     self._cond.wait()
                 if self._stopping and not self._heap:
                     return
-                job = heapq.heappop(self._heap)
+                job = self._pop()
                 if job.state != "pending":
                     continue
                 group = [job, *self._partners(job)]
                 for member in group:
                     member.state = "running"
                 self._running = len(group)
-            if len(group) == 1:
-                self._run_one(job)
-            else:
-                self._run_group(group)
+            self._local.group = group
+            try:
+                if len(group) == 1:
+                    self._run_one(job)
+                else:
+                    self._run_group(group)
+            finally:
+                self._local.group = []
             with self._cond:
                 self._running = 0
+
+    def _pop(self) -> _Job[Any]:
+        """The next job (lock held): the heap's first, except that a batch job waiting
+        longer than `batch_max_wait` goes before partials."""
+        first = self._heap[0]
+        if first.priority == PARTIAL:
+            waiting = [j for j in self._heap if j.priority == BATCH and j.state == "pending"]
+            oldest = min(waiting, default=None)
+            if oldest is not None and time.monotonic() - oldest.queued_at >= self.batch_max_wait:
+                self._heap.remove(oldest)
+                heapq.heapify(self._heap)
+                return oldest
+        return heapq.heappop(self._heap)
 
     def _partners(self, first: _Job[Any]) -> list[_Job[Any]]:
         """Waiting jobs that may share an engine call with `first` (lock held)."""

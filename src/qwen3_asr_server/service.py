@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ class TranscriptionService:
                 )
                 key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
                 batch = (
-                    BatchSpec(key, request, engine.transcribe_batch) if key is not None else None
+                    BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
                 )
                 submitted = time.perf_counter()
                 result = await self._run(engine, request, options.priority, batch)
@@ -149,8 +150,9 @@ class TranscriptionService:
     ) -> TranscribeResult:
         """Schedule one engine call; engine failures become API errors."""
         try:
+            should_stop = self.scheduler.should_stop
             result: TranscribeResult = await self.scheduler.submit(
-                lambda: engine.transcribe(request),
+                lambda: engine.transcribe(request, should_stop),
                 priority=priority,
                 timeout=self.settings.request_timeout,
                 batch=batch,
@@ -164,6 +166,12 @@ class TranscriptionService:
         except Exception as exc:
             raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
         return result
+
+    def _batch_runner(self, engine: Engine) -> Callable[[list[Any]], list[Any]]:
+        def run_many(requests: list[Any]) -> list[Any]:
+            return list(engine.transcribe_batch(requests, self.scheduler.should_stop))
+
+        return run_many
 
     async def transcribe(self, audio: Audio, options: Options) -> Transcription:
         parts = [part async for part in self.stream(audio, options)]

@@ -37,6 +37,7 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
     return {
         "status": "ok",
         "model_loaded": ctx.manager.loaded,
+        "model_state": ctx.manager.state,
         "model_id": engine.model_id,
         "engine": engine.name,
         "device": engine.device,
@@ -45,5 +46,6 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "streaming_sessions": len(ctx.sessions),
         "uptime_s": round(time.monotonic() - ctx.started_at, 3),
         "last_load_error": ctx.manager.last_error,
+        "load_retry_in_s": round(ctx.manager.retry_in(), 1),
         **_cuda_info(),
     }

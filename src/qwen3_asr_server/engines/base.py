@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -11,6 +11,18 @@ import numpy as np
 
 class ModelLoadError(Exception):
     """The configured model could not be loaded; the message says why and how to fix it."""
+
+
+class JobCancelledError(Exception):
+    """The engine stopped early because every caller of the job had gone (`should_stop`)."""
+
+
+ShouldStop = Callable[[], bool]
+"""Polled by an engine during a call: True once nobody waits for the result any more."""
+
+
+def never_stop() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -77,10 +89,14 @@ class Engine(Protocol):
 
     def unload(self) -> None: ...
 
-    def transcribe(self, request: TranscribeRequest) -> TranscribeResult: ...
+    def transcribe(
+        self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
+    ) -> TranscribeResult: ...
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         """Requests with equal keys may share one `transcribe_batch` call; None: never."""
         ...
 
-    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]: ...
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
+    ) -> list[TranscribeResult]: ...

@@ -7,12 +7,32 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+from loguru import logger
+
 from ..text import QWEN_LANGUAGES, language_code, language_name
-from .base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult, Word
+from .base import (
+    JobCancelledError,
+    ModelLoadError,
+    Segment,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    Word,
+    never_stop,
+)
 
 SAMPLE_RATE = 16000
 # The languages Qwen3-ForcedAligner aligns (ISO codes).
 ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
+# The SDK's hard-coded end-of-sequence ids (<|im_end|>, <|endoftext|>).
+EOS_IDS = (151645, 151643)
+
+
+def token_budget(seconds: float, max_new_tokens: int) -> int:
+    """Tokens a decode of `seconds` of audio may generate: speech rarely exceeds ~8 tokens
+    per second, so this stops a decode that never emits an end token (noise, a broken
+    checkpoint) long before MAX_NEW_TOKENS."""
+    return max(1, min(max_new_tokens, 32 + int(12 * seconds)))
 
 
 class QwenEngine:
@@ -37,6 +57,7 @@ class QwenEngine:
         self._max_new_tokens = max_new_tokens
         self._cpu_threads = cpu_threads
         self._model: Any = None
+        self._guard: _GenerationGuard | None = None
         self._device: str | None = None
 
     @property
@@ -84,6 +105,9 @@ class QwenEngine:
         except Exception as exc:
             raise ModelLoadError(_load_hint(self.model_id, exc)) from exc
         model.model.eval()
+        # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
+        pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        self._guard = _GenerationGuard(model.model, pad)
         self._model = model
         self._load_kwargs = kwargs
         self._device = "cuda" if cuda else "cpu"
@@ -91,6 +115,7 @@ class QwenEngine:
     def unload(self) -> None:
         cuda = self._device == "cuda"
         self._model = None
+        self._guard = None
         self._aligner = None
         self._device = None
         gc.collect()
@@ -99,22 +124,39 @@ class QwenEngine:
 
             torch.cuda.empty_cache()
 
-    def transcribe(self, request: TranscribeRequest) -> TranscribeResult:
-        return self.transcribe_batch([request])[0]
+    def transcribe(
+        self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
+    ) -> TranscribeResult:
+        return self.transcribe_batch([request], should_stop)[0]
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return "qwen"  # the SDK takes a language and a context per item
 
-    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]:
-        if self._model is None:
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
+    ) -> list[TranscribeResult]:
+        if self._model is None or self._guard is None:
             raise RuntimeError("QwenEngine.transcribe called before load()")
         started = time.perf_counter()
-        # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
-        results = self._model.transcribe(
-            audio=[(r.audio, SAMPLE_RATE) for r in requests],
-            context=[r.prompt or "" for r in requests],
-            language=[language_name(r.language) for r in requests],
-        )
+        budgets = [token_budget(len(r.audio) / SAMPLE_RATE, self._max_new_tokens) for r in requests]
+        self._model.max_new_tokens = max(budgets)
+        with self._guard.limits(budgets, should_stop) as hit:
+            # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
+            results = self._model.transcribe(
+                audio=[(r.audio, SAMPLE_RATE) for r in requests],
+                context=[r.prompt or "" for r in requests],
+                language=[language_name(r.language) for r in requests],
+            )
+        if should_stop():
+            raise JobCancelledError("every caller of this job has gone")
+        for index in sorted(hit):
+            seconds = len(requests[index].audio) / SAMPLE_RATE
+            logger.warning(
+                "the decode of {:.1f} s of audio hit its budget of {} tokens without an end "
+                "token (noise, or a broken checkpoint?); its text is cut there",
+                seconds,
+                budgets[index],
+            )
         share = (time.perf_counter() - started) / len(requests)
         out = []
         for request, result in zip(requests, results, strict=True):
@@ -160,6 +202,70 @@ class QwenEngine:
             words.append(Word(word=item.text, start=start, end=end))
             last = start
         return words
+
+
+class _GenerationGuard:
+    """Wraps the model's `generate` so that each call stops, per row, at that row's token
+    budget, and stops altogether once `should_stop()` says every caller has gone (checked
+    every generated token, i.e. within one decode step). The SDK calls `generate` itself, so
+    this is where a stopping criterion can go in."""
+
+    def __init__(self, model: Any, pad_token_id: int | None) -> None:
+        self._generate = model.generate
+        self._pad = pad_token_id
+        self._budgets: list[int] = []
+        self._should_stop: ShouldStop = never_stop
+        self._hit: set[int] = set()
+        self._offset = 0
+        model.generate = self._guarded
+
+    def limits(self, budgets: list[int], should_stop: ShouldStop) -> _Limits:
+        return _Limits(self, budgets, should_stop)
+
+    def _guarded(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        guard = self
+        rows = int(kwargs["input_ids"].shape[0])
+        prompt = int(kwargs["input_ids"].shape[1])
+        first = self._offset  # the SDK may split one call into several sub-batches
+        self._offset += rows
+        budgets = torch.tensor(self._budgets[first : first + rows], dtype=torch.long)
+        eos = torch.tensor(EOS_IDS)
+
+        class Stop(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **_: Any) -> Any:
+                generated = input_ids[:, prompt:]
+                done = generated.shape[1] >= budgets.to(input_ids.device)
+                ended = torch.isin(generated, eos.to(input_ids.device)).any(dim=1)
+                for row in torch.nonzero(done & ~ended).flatten().tolist():
+                    guard._hit.add(first + int(row))
+                if guard._should_stop():
+                    return torch.ones_like(done)
+                return done
+
+        criteria = StoppingCriteriaList([Stop(), *(kwargs.pop("stopping_criteria", None) or [])])
+        if self._pad is not None:
+            kwargs.setdefault("pad_token_id", self._pad)
+        return self._generate(*args, stopping_criteria=criteria, **kwargs)
+
+
+class _Limits:
+    def __init__(self, guard: _GenerationGuard, budgets: list[int], should_stop: ShouldStop):
+        self._guard = guard
+        self._budgets = budgets
+        self._should_stop = should_stop
+
+    def __enter__(self) -> set[int]:
+        self._guard._budgets = self._budgets
+        self._guard._should_stop = self._should_stop
+        self._guard._hit = set()
+        self._guard._offset = 0
+        return self._guard._hit
+
+    def __exit__(self, *_: Any) -> None:
+        self._guard._should_stop = never_stop
 
 
 def _attention(cuda: bool) -> str:

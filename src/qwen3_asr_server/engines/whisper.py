@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from .base import ModelLoadError, Segment, TranscribeRequest, TranscribeResult, Word
+from .base import (
+    JobCancelledError,
+    ModelLoadError,
+    Segment,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    Word,
+    never_stop,
+)
 
 BUNDLED = "whisper-tiny.en"
 SAMPLE_RATE = 16000
@@ -97,7 +106,9 @@ class WhisperEngine:
         self._device = None
         gc.collect()
 
-    def transcribe(self, request: TranscribeRequest) -> TranscribeResult:
+    def transcribe(
+        self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
+    ) -> TranscribeResult:
         if self._model is None:
             raise RuntimeError("WhisperEngine.transcribe called before load()")
         started = time.perf_counter()
@@ -114,8 +125,7 @@ class WhisperEngine:
             vad_filter=False,
             condition_on_previous_text=False,
         )
-        segments = [_segment(p) for p in pieces]  # the generator does the work
-        segments = [s for s in segments if s.text]
+        segments = [s for s in _collect(pieces, should_stop) if s.text]
         return TranscribeResult(
             text=" ".join(s.text for s in segments),
             language=info.language,
@@ -129,13 +139,15 @@ class WhisperEngine:
             return None
         return (language, request.prompt, request.temperature, request.word_timestamps)
 
-    def transcribe_batch(self, requests: list[TranscribeRequest]) -> list[TranscribeResult]:
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
+    ) -> list[TranscribeResult]:
         """Several ≤30 s requests with the same options in one batched decode: the audios
         are laid end to end and each is one clip of faster-whisper's batched pipeline."""
         if self._batched is None:
             raise RuntimeError("WhisperEngine.transcribe_batch called before load()")
         if len(requests) == 1:
-            return [self.transcribe(requests[0])]
+            return [self.transcribe(requests[0], should_stop)]
         first = requests[0]
         started = time.perf_counter()
         offsets, clips, pos = [], [], 0.0
@@ -156,6 +168,8 @@ class WhisperEngine:
         )
         per_request: list[list[Segment]] = [[] for _ in requests]
         for piece in pieces:
+            if should_stop():
+                raise JobCancelledError("every caller of this job has gone")
             index = max(i for i, off in enumerate(offsets) if piece.start >= off - 0.01)
             segment = _segment(piece, shift=offsets[index])
             if segment.text:
@@ -170,6 +184,17 @@ class WhisperEngine:
             )
             for segments in per_request
         ]
+
+
+def _collect(pieces: Any, should_stop: ShouldStop) -> list[Segment]:
+    """Run the segment generator (it does the decoding), stopping between 30 s windows once
+    nobody waits for the result."""
+    out = []
+    for piece in pieces:
+        out.append(_segment(piece))
+        if should_stop():
+            raise JobCancelledError("every caller of this job has gone")
+    return out
 
 
 def _segment(piece: Any, shift: float = 0.0) -> Segment:
