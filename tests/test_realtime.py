@@ -149,7 +149,29 @@ def test_errors_use_openai_shape(server: LiveServer) -> None:
         conn.send(
             {
                 "type": "session.update",
+                "event_id": "evt_lang",
                 "session": {"audio": {"input": {"transcription": {"language": "klingon"}}}},
             }
         )
-        assert conn.recv().error.code == "invalid_value"
+        error = conn.recv()
+        assert error.type == "error"
+        assert error.error.code == "invalid_value"
+        assert error.error.param == "session.audio.input.transcription.language"
+        assert error.error.event_id == "evt_lang"  # the client event that caused it
+        conn.send(  # a bad value of the right type: still an error, the socket stays open
+            {
+                "type": "session.update",
+                "event_id": "evt_turn",
+                "session": {
+                    "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}}
+                },
+            }
+        )
+        error = conn.recv()
+        assert error.type == "error"
+        assert (error.error.param, error.error.event_id) == (
+            "session.audio.input.turn_detection.threshold",
+            "evt_turn",
+        )
+        conn.input_audio_buffer.clear()
+        assert conn.recv().type == "input_audio_buffer.cleared"

@@ -119,17 +119,52 @@ def test_reset_finalizes_and_acknowledges(server: LiveServer) -> None:
     assert normalize(c.finals()[0]).startswith("the children")
 
 
+def configured(c: Collector, count: int) -> dict[str, Any]:
+    def replies(c: Collector) -> list[dict[str, Any]]:
+        return [m for _, m in c.messages if m.get("status") == "configured"]
+
+    assert c.wait_for(lambda c: len(replies(c)) >= count, 10), c.messages
+    return replies(c)[count - 1]
+
+
 def test_config_action(server: LiveServer) -> None:
     with open_ws(server.url) as ws:
         c = Collector(ws)
         ws.send(json.dumps({"action": "config", "language": "en", "use_server_vad": False}))
-        assert c.wait_for(lambda c: any(m.get("status") == "configured" for _, m in c.messages))
-        reply = next(m for _, m in c.messages if m.get("status") == "configured")
+        reply = configured(c, 1)
         assert reply["language"] == "en" and reply["use_server_vad"] is False
         ws.send(json.dumps({"action": "config", "language": "fr"}))  # tiny.en: English only
         assert c.wait_for(
             lambda c: any(m.get("code") == "UNSUPPORTED_LANGUAGE" for _, m in c.messages)
         )
+
+
+def test_config_echoes_the_language_as_the_seed_did(server: LiveServer) -> None:
+    """`auto` when auto or unset, otherwise the language as sent (not the resolved code)."""
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        sent: list[dict[str, Any]] = [
+            {"use_server_vad": True},  # language never set
+            {"language": "auto"},
+            {"language": "English"},
+            {"use_server_vad": False},  # keeps the language sent before
+            {"language": None},
+            {"language": "EN"},
+            {"language": ""},
+        ]
+        for i, fields in enumerate(sent, start=1):
+            ws.send(json.dumps({"action": "config", **fields}))
+            configured(c, i)
+    echoed = [m["language"] for _, m in c.messages if m.get("status") == "configured"]
+    assert echoed == ["auto", "auto", "English", "English", "auto", "EN", "auto"]
+    with open_ws(server.url, language="en") as ws:  # the query's language counts as sent
+        c = Collector(ws)
+        ws.send(json.dumps({"action": "config", "use_server_vad": False}))
+        assert configured(c, 1) == {
+            "status": "configured",
+            "language": "en",
+            "use_server_vad": False,
+        }
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,25 @@
-"""loguru setup: stdlib and uvicorn logs are intercepted, every line carries the request id."""
+"""loguru setup: stdlib and uvicorn logs are intercepted, every line carries the request id,
+and no line carries a secret."""
 
 from __future__ import annotations
 
 import contextvars
 import inspect
 import logging
+import re
 import sys
 from typing import Any
 
 from loguru import logger
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+# Where a key shows up in what libraries log: a WebSocket URL's `?api_key=` (uvicorn prints
+# paths with their query string), the `Authorization` header and the browsers' key
+# subprotocol (websockets prints the handshake headers at DEBUG).
+SECRETS = re.compile(
+    r"(?i)(?P<keep>api(?:_|-|%5f)key=|authorization:\s*(?:\w+\s+)?|openai-insecure-api-key\.)[^\s&,;\"'<>]+"
+)
 
 TEXT_FORMAT = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <7}</level> | "
@@ -33,18 +42,25 @@ class InterceptHandler(logging.Handler):
         logger.opt(depth=depth, exception=record.exc_info).log(level, record.getMessage())
 
 
-def _add_request_id(record: Any) -> None:
+def redact(text: str) -> str:
+    """`text` with every API key it carries replaced by `***`."""
+    return SECRETS.sub(r"\g<keep>***", text)
+
+
+def _patch(record: Any) -> None:
     record["extra"].setdefault("request_id", REQUEST_ID.get())
+    record["message"] = redact(record["message"])
 
 
 def setup_logging(level: str = "INFO", json: bool = False) -> None:
     """Configure loguru once per process; safe to call again (it replaces the sinks)."""
     logger.remove()
-    logger.configure(patcher=_add_request_id)
+    logger.configure(patcher=_patch)  # every sink, including ones added later (tests)
+    # diagnose=False: tracebacks do not print local variables (client messages, keys).
     if json:
-        logger.add(sys.stderr, level=level.upper(), serialize=True)
+        logger.add(sys.stderr, level=level.upper(), serialize=True, diagnose=False)
     else:
-        logger.add(sys.stderr, level=level.upper(), format=TEXT_FORMAT)
+        logger.add(sys.stderr, level=level.upper(), format=TEXT_FORMAT, diagnose=False)
     std_level = logging.getLevelName(level.upper())
     if not isinstance(std_level, int):  # loguru-only names (TRACE, SUCCESS)
         std_level = logging.DEBUG

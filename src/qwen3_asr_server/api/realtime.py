@@ -2,14 +2,15 @@
 
 Same session core as /ws/transcribe. Audio is base64 pcm16 (24 kHz unless the session says
 otherwise), resampled to 16 kHz. Deltas carry only text that will not change (the
-LocalAgreement-stable prefix); `completed` carries the final transcript.
+LocalAgreement-stable prefix); `completed` carries the final transcript. Client events are
+parsed into the models of ws_messages.py; a bad one gets an `error` event and the session
+goes on.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import uuid
 from collections.abc import MutableMapping
 from typing import Any
@@ -24,21 +25,34 @@ from .deps import AppContext
 from .ws_common import (
     Outbox,
     base_config,
+    choose_subprotocol,
     new_session,
     register,
     serve_session,
     websocket_api_key_ok,
 )
+from .ws_messages import (
+    AppendEvent,
+    ClearEvent,
+    CommitEvent,
+    MessageError,
+    SessionConfig,
+    SessionUpdateEvent,
+    parse_realtime_event,
+)
 
 router = APIRouter()
-RATES = (8000, 16000, 24000, 48000)
 
 
 def event_id() -> str:
     return "event_" + uuid.uuid4().hex[:20]
 
 
-def error_event(message: str, code: str, client_event: str | None = None) -> dict[str, Any]:
+def error_event(
+    message: str, code: str, client_event: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's realtime error event; `client_event` is the event_id of the client event
+    that caused it, `param` the offending field (a dotted path)."""
     return {
         "type": "error",
         "event_id": event_id(),
@@ -46,7 +60,7 @@ def error_event(message: str, code: str, client_event: str | None = None) -> dic
             "type": "invalid_request_error",
             "code": code,
             "message": message,
-            "param": None,
+            "param": param,
             "event_id": client_event,
         },
     }
@@ -115,7 +129,7 @@ def item_id(utterance: int, state: RealtimeState) -> str:
 async def realtime(websocket: WebSocket) -> None:
     ctx: AppContext = websocket.app.state.ctx
     settings = ctx.settings
-    await websocket.accept()
+    await websocket.accept(subprotocol=choose_subprotocol(websocket))
     if not websocket_api_key_ok(ctx, websocket):
         await websocket.send_json(error_event("Missing or wrong API key.", "invalid_api_key"))
         await websocket.close(1008)
@@ -208,78 +222,86 @@ async def handle_event(
     text: str,
     max_samples: int,
 ) -> bool:
-    """Handle one client event; False ends the session."""
+    """Handle one client event; False ends the session. A bad event gets an error event
+    (naming the parameter and echoing the client's event_id) and the session goes on."""
     try:
-        event = json.loads(text)
-        kind = event["type"]
-    except (ValueError, KeyError, TypeError):
-        await outbox.put(error_event("Events must be JSON objects with a type.", "invalid_json"))
+        event = parse_realtime_event(text)
+    except MessageError as exc:
+        await outbox.put(error_event(exc.message, exc.code, exc.event_id, exc.param))
         return True
-    client_event = event.get("event_id")
-    if kind == "input_audio_buffer.append":
-        try:
-            pcm = base64.b64decode(event.get("audio", ""), validate=True)
-        except (binascii.Error, ValueError):
-            await outbox.put(
-                error_event("audio must be base64 pcm16.", "invalid_audio", client_event)
+    try:
+        if isinstance(event, AppendEvent):
+            return await append(session, state, outbox, event, max_samples)
+        if isinstance(event, CommitEvent):
+            if await session.flush("commit") is None:
+                raise MessageError(
+                    "input_audio_buffer_commit_empty", "The input audio buffer is empty."
+                )
+        elif isinstance(event, ClearEvent):
+            session.clear()
+            await outbox.put({"type": "input_audio_buffer.cleared", "event_id": event_id()})
+        elif isinstance(event, SessionUpdateEvent):
+            apply_update(ctx, state, event.session)
+            session.configure(
+                use_vad=state.use_vad,
+                language=state.language,
+                vad_threshold=state.threshold,
+                end_silence_ms=state.silence_ms,
+                prefix_padding_ms=state.prefix_ms,
             )
-            return True
-        samples = pcm16_to_float(pcm)
-        if state.resampler is not None:
-            samples = state.resampler.resample_chunk(samples)
-        if session.samples_in + len(samples) > max_samples:
-            await outbox.put(
-                error_event("Session audio limit reached (WS_MAX_SESSION_S).", "session_too_long")
-            )
-            return False
-        await session.feed(samples)
-    elif kind == "input_audio_buffer.commit":
-        if await session.flush("commit") is None:
-            msg = "The input audio buffer is empty."
-            await outbox.put(error_event(msg, "input_audio_buffer_commit_empty", client_event))
-    elif kind == "input_audio_buffer.clear":
-        session.clear()
-        await outbox.put({"type": "input_audio_buffer.cleared", "event_id": event_id()})
-    elif kind in ("session.update", "transcription_session.update"):
-        try:
-            apply_update(ctx, state, event.get("session") or {})
-        except APIError as exc:
-            await outbox.put(error_event(exc.message, "invalid_value", client_event))
-            return True
-        session.configure(
-            use_vad=state.use_vad,
-            language=state.language,
-            vad_threshold=state.threshold,
-            end_silence_ms=state.silence_ms,
-            prefix_padding_ms=state.prefix_ms,
-        )
-        beta = kind.startswith("transcription_session")
-        updated = "transcription_session.updated" if beta else "session.updated"
-        await outbox.put({"type": updated, "event_id": event_id(), "session": state.describe(beta)})
-    else:
-        await outbox.put(
-            error_event(f"Unknown event type {kind!r}.", "unknown_event", client_event)
-        )
+            beta = event.type.startswith("transcription_session")
+            updated = "transcription_session.updated" if beta else "session.updated"
+            described = state.describe(beta)
+            await outbox.put({"type": updated, "event_id": event_id(), "session": described})
+    except MessageError as exc:
+        await outbox.put(error_event(exc.message, exc.code, event.event_id, exc.param))
     return True
 
 
-def apply_update(ctx: AppContext, state: RealtimeState, session: dict[str, Any]) -> None:
-    audio_in = (session.get("audio") or {}).get("input") or {}
-    transcription = audio_in.get("transcription") or session.get("input_audio_transcription")
-    if transcription and "language" in transcription:
-        state.language = ctx.transcriber.resolve_language(transcription["language"])
-    fmt = audio_in.get("format")
-    if isinstance(fmt, dict) and fmt.get("rate"):
-        rate = int(fmt["rate"])
-        if rate not in RATES:
-            from ..errors import BadRequestError
+async def append(
+    session: StreamSession,
+    state: RealtimeState,
+    outbox: Outbox,
+    event: AppendEvent,
+    max_samples: int,
+) -> bool:
+    try:
+        pcm = base64.b64decode(event.audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise MessageError("invalid_audio", "audio must be base64 pcm16.", "audio") from None
+    samples = pcm16_to_float(pcm)
+    if state.resampler is not None:
+        samples = state.resampler.resample_chunk(samples)
+    if session.samples_in + len(samples) > max_samples:
+        message = "Session audio limit reached (WS_MAX_SESSION_S)."
+        await outbox.put(error_event(message, "session_too_long", event.event_id))
+        return False
+    await session.feed(samples)
+    return True
 
-            raise BadRequestError(f"Unsupported audio rate {rate}; use one of {RATES}.")
+
+def apply_update(ctx: AppContext, state: RealtimeState, config: SessionConfig | None) -> None:
+    """Check every setting first, then change the state: a bad update changes nothing."""
+    if config is None:
+        return
+    language = state.language
+    transcription, path = config.transcription()
+    if transcription is not None and transcription.given("language"):
+        try:
+            language = ctx.transcriber.resolve_language(transcription.language)
+        except APIError as exc:
+            raise MessageError("invalid_value", exc.message, path + ".language") from None
+    rate = config.rate()
+    sent, turn = config.turn_detection_setting()
+    state.language = language
+    if rate is not None:
         state.set_rate(rate)
-    if "turn_detection" in audio_in or "turn_detection" in session:
-        turn = audio_in.get("turn_detection", session.get("turn_detection"))
-        state.use_vad = bool(turn)
-        if turn:
-            state.threshold = float(turn.get("threshold", state.threshold))
-            state.silence_ms = int(turn.get("silence_duration_ms", state.silence_ms))
-            state.prefix_ms = int(turn.get("prefix_padding_ms", state.prefix_ms))
+    if sent:
+        state.use_vad = turn is not None
+        if turn is not None:
+            if turn.given("threshold"):
+                state.threshold = turn.threshold
+            if turn.given("silence_duration_ms"):
+                state.silence_ms = turn.silence_duration_ms
+            if turn.given("prefix_padding_ms"):
+                state.prefix_ms = turn.prefix_padding_ms

@@ -12,24 +12,44 @@ import numpy as np
 from fastapi import WebSocket
 from loguru import logger
 
+from ..errors import AuthError
 from ..streaming.registry import SessionLimitError
 from ..streaming.session import StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
 
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
 
 def websocket_api_key_ok(ctx: AppContext, websocket: WebSocket) -> bool:
-    """Bearer header, or `api_key` query parameter (browsers cannot set headers)."""
+    """Any one of: a bearer header; the `api_key` query parameter; or, as the OpenAI JS SDK
+    sends it from browsers (which cannot set headers), the subprotocol
+    `openai-insecure-api-key.<key>`."""
     expected = ctx.settings.api_key
     if not expected:
         return True
-    header = websocket.headers.get("authorization")
-    if not header and websocket.query_params.get("api_key"):
-        header = "Bearer " + websocket.query_params["api_key"]
-    try:
-        check_api_key(expected, header)
-    except Exception:
-        return False
-    return True
+    offered: list[str] = list(websocket.scope.get("subprotocols") or [])
+    keys = [p.removeprefix(KEY_SUBPROTOCOL) for p in offered if p.startswith(KEY_SUBPROTOCOL)]
+    query_key = websocket.query_params.get("api_key")
+    candidates = [websocket.headers.get("authorization")]
+    candidates += ["Bearer " + key for key in [query_key, *keys] if key]
+    for header in candidates:
+        try:
+            check_api_key(expected, header)
+        except AuthError:
+            continue
+        return True
+    return False
+
+
+def choose_subprotocol(websocket: WebSocket) -> str | None:
+    """The subprotocol to echo when accepting: `realtime` if offered, else the first offered
+    one, never one that carries a key. A browser that offered subprotocols fails the
+    handshake when none is echoed."""
+    offered: list[str] = list(websocket.scope.get("subprotocols") or [])
+    usable = [p for p in offered if not p.startswith(KEY_SUBPROTOCOL)]
+    if "realtime" in usable:
+        return "realtime"
+    return usable[0] if usable else None
 
 
 class Outbox:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import MutableMapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import soxr
@@ -11,18 +12,36 @@ from fastapi import APIRouter, WebSocket
 
 from ..audio import pcm16_to_float
 from ..errors import APIError
+from ..streaming.session import StreamSession
 from .deps import AppContext
 from .ws_common import (
     Outbox,
     base_config,
+    choose_subprotocol,
     new_session,
     register,
     serve_session,
     websocket_api_key_ok,
 )
+from .ws_messages import FlushAction, MessageError, ResetAction, parse_action
 
 router = APIRouter()
 SAMPLE_RATES = (8000, 16000)
+SEED_CODES = MappingProxyType(  # MessageError codes -> the seed's; anything else INVALID_VALUE
+    {
+        "invalid_json": "INVALID_JSON",
+        "invalid_event": "INVALID_ACTION",
+        "unknown_event": "UNKNOWN_ACTION",
+    }
+)
+
+
+@dataclass
+class Echo:
+    """What the client asked for, echoed by `config` as the seed did: the language as sent,
+    `auto` when auto or unset."""
+
+    language: str = "auto"
 
 
 def parse_bool(value: str | None, default: bool) -> bool:
@@ -44,7 +63,7 @@ async def refuse(websocket: WebSocket, body: dict[str, Any], close_code: int) ->
 async def ws_transcribe(websocket: WebSocket) -> None:
     ctx: AppContext = websocket.app.state.ctx
     settings = ctx.settings
-    await websocket.accept()
+    await websocket.accept(subprotocol=choose_subprotocol(websocket))
     if not websocket_api_key_ok(ctx, websocket):
         await refuse(websocket, error("UNAUTHORIZED", "Missing or wrong API key.", 401), 1008)
         return
@@ -63,6 +82,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         await refuse(websocket, error("UNSUPPORTED_LANGUAGE", exc.message, 400), 1003)
         return
     use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
+    echo = Echo(query.get("language") or "auto")
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
     async def emit(event: dict[str, Any]) -> None:
@@ -114,45 +134,46 @@ async def ws_transcribe(websocket: WebSocket) -> None:
                 return "limit"
             await session.feed(samples)
         elif text is not None:
-            await handle_action(ctx, session, outbox, text)
+            await handle_action(ctx, session, outbox, echo, text)
         return None
 
     idle = error("IDLE_TIMEOUT", "No audio or message; closing.", 408)
     await serve_session(ctx, websocket, session, outbox, on_message, idle)
 
 
-async def handle_action(ctx: AppContext, session: Any, outbox: Outbox, text: str) -> None:
+async def handle_action(
+    ctx: AppContext, session: StreamSession, outbox: Outbox, echo: Echo, text: str
+) -> None:
+    """One text action. A bad one gets a seed error (statusCode 400); the session goes on."""
     try:
-        action = json.loads(text)
-        if not isinstance(action, dict):
-            raise ValueError("not an object")
-    except ValueError:
-        await outbox.put(error("INVALID_JSON", "Text messages must be JSON objects.", 400))
+        action = parse_action(text)
+    except MessageError as exc:
+        code = SEED_CODES.get(exc.code, "INVALID_VALUE")
+        await outbox.put(error(code, exc.message, 400))
         return
-    name = action.get("action")
-    if name == "flush":
+    if isinstance(action, FlushAction):
         if await session.flush() is None:  # nothing buffered: still answer the flush
             await outbox.put({"text": "", "is_partial": False, "is_final": True})
-    elif name == "reset":
+    elif isinstance(action, ResetAction):
         await session.reset()
         await outbox.put({"status": "buffer_reset"})
-    elif name == "config":
+    else:
         changes: dict[str, Any] = {}
-        if "language" in action:
+        if action.given("language"):
             try:
-                changes["language"] = ctx.transcriber.resolve_language(action["language"])
+                changes["language"] = ctx.transcriber.resolve_language(action.language)
             except APIError as exc:
                 await outbox.put(error("UNSUPPORTED_LANGUAGE", exc.message, 400))
                 return
-        if "use_server_vad" in action:
-            changes["use_vad"] = parse_bool(str(action["use_server_vad"]), True)
+        if action.given("use_server_vad"):
+            changes["use_vad"] = action.use_server_vad
         session.configure(**changes)
+        if action.given("language"):
+            echo.language = action.language or "auto"
         await outbox.put(
             {
                 "status": "configured",
-                "language": session.config.language,
+                "language": echo.language,
                 "use_server_vad": session.config.use_vad,
             }
         )
-    else:
-        await outbox.put(error("UNKNOWN_ACTION", f"Unknown action {name!r}.", 400))
