@@ -20,7 +20,8 @@ class Transcriber:
         self.in_flight = 0
         self.max_in_flight = 0
 
-    async def __call__(self, samples: np.ndarray, language: str | None) -> str:
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> str:
+        samples = audio() if callable(audio) else audio
         self.calls.append(len(samples) / 16000)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -83,3 +84,127 @@ async def test_max_length_cuts_a_final_without_losing_audio() -> None:
     assert all(f["duration"] <= 5.0 for f in finals[:-1])
     total = sum(f["duration"] for f in finals) - 0.6  # the last one carries the flush padding
     assert abs(total - 14.0) < 0.1
+
+
+class Cancellable(Transcriber):
+    """Records transcriptions that were cancelled before they finished."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.cancelled: list[float] = []
+        self.finished: list[float] = []
+
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> str:
+        length = len(audio() if callable(audio) else audio) / 16000
+        try:
+            text = await super().__call__(audio, language, partial)
+        except asyncio.CancelledError:
+            self.cancelled.append(length)
+            raise
+        self.finished.append(length)
+        return text
+
+
+def session_with(transcriber: Any, events: list[dict[str, Any]], **config: Any) -> StreamSession:
+    async def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+
+    return StreamSession(StreamConfig(**config), transcriber, emit, SileroModel())
+
+
+async def test_flush_cancels_the_early_final_instead_of_orphaning_it() -> None:
+    transcriber = Cancellable(delay=0.5)
+    events: list[dict[str, Any]] = []
+    session = session_with(transcriber, events, end_silence_ms=3000)
+    await session.feed(load("sentence_02.wav"))
+    for _ in range(30):  # silence until the early final starts
+        await session.feed(np.zeros(1600, np.float32))
+        if session._early is not None:
+            break
+    assert session._early is not None
+    await asyncio.sleep(0.05)  # the early transcription has started
+    early_length = session._early_len / 16000
+    await session.flush()
+    await session.close("test")
+    await asyncio.sleep(0)
+    orphans = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert orphans == []  # the early transcription was cancelled, not left running
+    await asyncio.sleep(0.6)  # an orphaned early transcription would have finished by now
+    assert early_length not in transcriber.finished  # the stale transcription never ran on
+    finals = [e for e in events if e["type"] == "final"]
+    assert len(finals) == 1 and finals[0]["reason"] == "flush"
+
+
+class Fixed(Transcriber):
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> str:
+        await super().__call__(audio, language, partial)
+        return "alpha beta gamma"
+
+
+async def test_max_length_cut_starts_the_next_utterance_with_no_stable_text() -> None:
+    events = await run(
+        load("long_2min.wav")[: 16000 * 9], Fixed(), use_vad=False, max_utterance_s=5.0
+    )
+    partials = [e for e in events if e["type"] == "partial"]
+    second = [p for p in partials if p["utterance"] == 2]
+    assert any(p["stable_text"] for p in partials if p["utterance"] == 1)
+    assert second, "the second utterance had partials"
+    assert second[0]["stable_text"] == ""  # one hypothesis agrees with nothing yet
+
+
+async def test_event_times_are_right_when_one_message_holds_many_frames() -> None:
+    speech = load("sentence_02.wav")
+    audio = np.concatenate([np.zeros(32000, np.float32), speech, np.zeros(16000, np.float32)])
+    events: list[dict[str, Any]] = []
+    session = session_with(Transcriber(), events, prefix_padding_ms=300)
+    await session.feed(audio)  # one message: every frame of it at once
+    await session.close("test")
+    started = next(e for e in events if e["type"] == "speech_started")
+    stopped = next(e for e in events if e["type"] == "speech_stopped")
+    # Speech begins at 2000 ms; the utterance starts up to 300 ms of padding earlier.
+    assert 1600 <= started["at_ms"] <= 2200
+    end_of_speech = (32000 + len(speech)) * 1000 // 16000
+    assert end_of_speech - 1000 <= stopped["at_ms"] <= end_of_speech + 800
+
+
+async def test_audio_waiting_for_finals_is_bounded_by_back_pressure() -> None:
+    transcriber = Transcriber(delay=0.3)
+    events: list[dict[str, Any]] = []
+    session = session_with(
+        transcriber, events, use_vad=False, max_utterance_s=5.0, max_pending_s=6.0
+    )
+    audio = load("long_2min.wav")[: 16000 * 40]
+    most = 0.0
+    for i in range(0, len(audio), 16000):  # as fast as the session takes it
+        await session.feed(audio[i : i + 16000])
+        most = max(most, session.pending_seconds)
+    await session.close("test")
+    assert most <= 6.0 + 5.0  # the bound, plus one utterance committed past it
+    finals = [e for e in events if e["type"] == "final"]
+    total = sum(f["duration"] for f in finals) - 0.6  # nothing lost: flush padding aside
+    assert abs(total - 40.0) < 0.1
+
+
+async def test_vad_of_a_big_message_does_not_stall_the_event_loop() -> None:
+    events: list[dict[str, Any]] = []
+    session = session_with(Transcriber(), events)
+    audio = load("long_2min.wav")[: 16000 * 33]  # ~1 MiB of PCM in one message
+    await session.feed(np.zeros(512, np.float32))  # the ONNX session is loaded
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await session.feed(audio)
+    done.set()
+    await tick
+    await session.close("test")
+    assert max(gaps) < 0.1

@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             await sessions.close_all()  # open utterances get their finals first
             await asyncio.to_thread(scheduler.stop)
             await manager.stop()
+            vad.close()
 
     app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
     install_error_handlers(app)

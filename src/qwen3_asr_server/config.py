@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     """Largest accepted WebSocket message (binary PCM or JSON)."""
     ws_max_session_s: float = Field(default=3600.0, gt=0)
     """Longest audio a streaming session may send; then it is finalized and closed."""
+    ws_max_pending_s: float = Field(default=60.0, ge=5, le=600)
+    """Audio per streaming session that may wait for its finals. Past it the server stops
+    reading that socket until finals catch up (back-pressure; the client's sends block)."""
     ws_max_sessions: int = Field(default=16, ge=1)
     """Concurrent streaming sessions; a further connection is refused with an error."""
     ws_idle_timeout: float = Field(default=60.0, gt=0)

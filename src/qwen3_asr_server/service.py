@@ -4,6 +4,7 @@ segment as its own job, merge in order, post-process."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,7 @@ from .engines.base import (
 )
 from .errors import APIError, BadRequestError, InferenceError, ModelUnavailableError
 from .lifecycle import ModelManager
-from .scheduler import BATCH, REALTIME, BatchSpec, PriorityScheduler
+from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
 from .text import collapse_repetitions, join_texts, parse_language
 from .timestamps import ensure_words
@@ -134,28 +135,41 @@ class TranscriptionService:
                     BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
                 )
                 submitted = time.perf_counter()
-                result = await self._run(engine, request, options.priority, batch)
+                call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
+                result = await self._run(call, options.priority, batch)
                 yield self._shift(index, span, result, time.perf_counter() - submitted, options)
                 pos, index = end, index + 1
 
-    async def transcribe_realtime(self, samples: np.ndarray, language: str | None) -> str:
-        """One utterance (≤ ~30 s, no cutting) at real-time priority; its text."""
-        request = TranscribeRequest(audio=samples, language=language)
+    async def transcribe_realtime(
+        self,
+        audio: np.ndarray | Callable[[], np.ndarray],
+        language: str | None,
+        *,
+        partial: bool = False,
+    ) -> str:
+        """One utterance (≤ ~30 s, no cutting): a final at REALTIME priority, a partial at
+        PARTIAL priority. `audio` may be a function, called when the job starts, so that a
+        partial that waited decodes the newest audio."""
+        should_stop = self.scheduler.should_stop
+
+        def run(engine: Engine) -> TranscribeResult:
+            samples = audio() if callable(audio) else audio
+            return engine.transcribe(TranscribeRequest(samples, language), should_stop)
+
         async with self.manager.use() as engine:
-            result = await self._run(engine, request, REALTIME, None)
+            result = await self._run(lambda: run(engine), PARTIAL if partial else REALTIME)
         return collapse_repetitions(result.text)
 
     async def _run(
-        self, engine: Engine, request: TranscribeRequest, priority: int, batch: BatchSpec | None
+        self,
+        call: Callable[[], TranscribeResult],
+        priority: int,
+        batch: BatchSpec | None = None,
     ) -> TranscribeResult:
         """Schedule one engine call; engine failures become API errors."""
         try:
-            should_stop = self.scheduler.should_stop
             result: TranscribeResult = await self.scheduler.submit(
-                lambda: engine.transcribe(request, should_stop),
-                priority=priority,
-                timeout=self.settings.request_timeout,
-                batch=batch,
+                call, priority=priority, timeout=self.settings.request_timeout, batch=batch
             )
         except APIError:  # queue full, timeout, shutting down
             raise

@@ -6,10 +6,13 @@ The package itself is never imported: `import silero_vad` imports torch and call
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -18,6 +21,8 @@ from .engines.base import ModelLoadError
 FRAME = 512  # samples per VAD frame at 16 kHz (32 ms); the model takes exactly this
 CONTEXT = 64  # samples of the previous frame the model expects in front of each frame
 SAMPLE_RATE = 16000
+VAD_THREADS = 2  # streaming VAD runs here, never on the event loop nor behind decodes
+T = TypeVar("T")
 
 
 def silero_onnx_path() -> Path:
@@ -34,12 +39,29 @@ def silero_onnx_path() -> Path:
 
 
 class SileroModel:
-    """One onnxruntime session, loaded on first use, shared by any number of streams."""
+    """One onnxruntime session, loaded on first use, shared by any number of streams, and
+    the threads streaming sessions run it on (`run`)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
         self._session: Any = None
         self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` (VAD work) on the VAD threads: a big message from one client
+        never stalls the event loop, and a long upload's decode never delays the VAD."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(VAD_THREADS, thread_name_prefix="vad")
+            executor = self._executor
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+    def close(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def session(self) -> Any:
         with self._lock:

@@ -8,13 +8,12 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import numpy as np
 from fastapi import WebSocket
 from loguru import logger
 
 from ..errors import AuthError
 from ..streaming.registry import SessionLimitError
-from ..streaming.session import StreamConfig, StreamSession
+from ..streaming.session import AudioSource, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
@@ -67,7 +66,7 @@ class Outbox:
 
     async def put(self, message: dict[str, Any], droppable: bool = False) -> None:
         if self.dead:
-            logger.info("client gone, not sent: {}", message)
+            logger.debug("client gone, not sent: {}", message)
             return
         text = json.dumps(message, ensure_ascii=False)
         if droppable:
@@ -80,7 +79,8 @@ class Outbox:
             await asyncio.wait_for(self._queue.put(text), self._final_wait)
         except TimeoutError:  # the connection loop sees `dead` and closes the session
             self.dead = True
-            logger.warning("client does not read its messages; not sent: {}", message)
+            logger.warning("client does not read its messages; closing the session")
+            logger.debug("not sent: {}", message)
 
     async def _send_loop(self) -> None:
         while True:
@@ -115,8 +115,8 @@ class Outbox:
 def new_session(
     ctx: AppContext, config: StreamConfig, emit: Callable[[dict[str, Any]], Any]
 ) -> StreamSession:
-    async def transcribe(samples: np.ndarray, language: str | None) -> str:
-        return await ctx.transcriber.transcribe_realtime(samples, language)
+    async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str:
+        return await ctx.transcriber.transcribe_realtime(audio, language, partial=partial)
 
     return StreamSession(config, transcribe, emit, ctx.vad)
 
@@ -132,6 +132,7 @@ def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamC
         window_max_s=s.ws_window_max_s,
         max_utterance_s=s.ws_max_utterance_s,
         flush_silence_ms=s.ws_flush_silence_ms,
+        max_pending_s=s.ws_max_pending_s,
     )
 
 
@@ -180,8 +181,12 @@ async def serve_session(
     except Exception as exc:  # a broken socket must not lose the buffered audio
         logger.opt(exception=exc).warning("websocket loop ended")
     finally:
-        ctx.sessions.remove(session)
-        await session.close(reason)  # transcribed (and logged) even if the client is gone
-        await outbox.close()
-        with contextlib.suppress(Exception):
-            await websocket.close()
+        # The session counts toward WS_MAX_SESSIONS until its last final is delivered or
+        # dropped: audio it received is still transcribed even if the client is gone.
+        try:
+            await session.close(reason)
+            await outbox.close()
+            with contextlib.suppress(Exception):
+                await websocket.close()
+        finally:
+            ctx.sessions.remove(session)

@@ -4,14 +4,20 @@ One per connection; sessions share nothing but the VAD model's read-only ONNX se
 the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receive events
 (dicts) through `emit`.
 
-- Partials re-decode the open utterance (its last `window_max_s`) at real-time priority
-  after every `partial_interval_s` of new speech, at most one in flight per session.
+- VAD runs per message on the VAD model's threads, never on the event loop.
+- Partials re-decode the open utterance (its last `window_max_s`) at partial priority
+  (after finals, before uploads) after every `partial_interval_s` of new speech. A session
+  has at most one partial waiting or running, and the audio is taken when the job starts,
+  so a partial that waited under load decodes the newest audio: the cadence adapts to the
+  load instead of queueing stale work.
 - Finals run in order on a per-session task; committing an utterance cancels its queued
   partial, so a partial never delays a final. The final's transcription starts
   EARLY_FINAL_MS before the end-of-utterance silence is complete (and is dropped if speech
   resumes), so its latency overlaps the silence wait. Silence costs no other inference.
 - A final is produced on end of speech, maximum length (cut at the quietest point), flush,
   reset and close (disconnect, shutdown); it is never dropped.
+- Audio waiting for its final is bounded (`max_pending_s`): past it, `feed()` waits until
+  finals catch up, so the transport stops reading the client (back-pressure).
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from .agreement import LocalAgreement
 SAMPLE_RATE = 16000
 EARLY_FINAL_MS = 350  # start the final this long before the end-of-utterance silence is due
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
-Transcribe = Callable[[np.ndarray, str | None], Coroutine[Any, Any, str]]
+AudioSource = np.ndarray | Callable[[], np.ndarray]
+# (audio or a function that returns it when the job starts, language, partial) -> text
+Transcribe = Callable[[AudioSource, str | None, bool], Coroutine[Any, Any, str]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class StreamConfig:
     window_max_s: float = 15.0
     max_utterance_s: float = 25.0
     flush_silence_ms: int = 600
+    max_pending_s: float = 60.0  # audio waiting for its final before feed() waits
 
 
 class _Utterance:
@@ -66,6 +75,12 @@ class _Utterance:
     def audio(self) -> np.ndarray:
         return self.buf[: self.length]
 
+    def tail(self, seconds: float) -> np.ndarray:
+        """A copy of the last `seconds`. Safe from another thread while the event loop
+        appends: samples below `length` are written before `length` moves."""
+        end = self.length
+        return self.buf[max(0, end - int(seconds * SAMPLE_RATE)) : end].copy()
+
 
 class StreamSession:
     def __init__(
@@ -78,6 +93,7 @@ class StreamSession:
         self.config = config
         self._transcribe = transcribe
         self._emit = emit
+        self._vad_model = vad
         self._vad = vad.stream() if vad is not None else None
         self._agreement = LocalAgreement()
         self._utterance_ids = itertools.count(1)
@@ -95,23 +111,47 @@ class StreamSession:
             tuple[_Utterance, np.ndarray, str, asyncio.Task[str] | None] | None
         ] = asyncio.Queue()
         self._final_task = asyncio.create_task(self._run_finals())
+        self._pending = 0  # samples committed whose final has not been emitted yet
+        self._room = asyncio.Event()
+        self._room.set()
         self.samples_in = 0  # total audio received, in samples
+        self._pos = 0  # samples consumed by the VAD framing (the end of the last frame)
         self.closed = False
 
     # -- input -------------------------------------------------------------------------
     def configure(self, **changes: Any) -> None:
         self.config = replace(self.config, **changes)
 
+    @property
+    def pending_seconds(self) -> float:
+        """Audio committed and waiting for its final."""
+        return self._pending / SAMPLE_RATE
+
     async def feed(self, samples: np.ndarray) -> None:
-        """Audio at 16 kHz, any length; processed in whole VAD frames."""
+        """Audio at 16 kHz, any length; processed in whole VAD frames. Waits while more
+        than `max_pending_s` of audio waits for its finals (back-pressure)."""
+        while not self.closed and not self._room.is_set():
+            await self._room.wait()
         if self.closed:
             return
         self.samples_in += len(samples)
         data = np.concatenate([self._leftover, samples]) if len(self._leftover) else samples
         whole = len(data) - len(data) % FRAME
         self._leftover = data[whole:].copy()
-        for i in range(0, whole, FRAME):
-            await self._frame(data[i : i + FRAME])
+        if not whole:
+            return
+        speech = await self._speech(data[:whole])
+        for n, i in enumerate(range(0, whole, FRAME)):
+            await self._frame(data[i : i + FRAME], bool(speech[n]))
+
+    async def _speech(self, frames: np.ndarray) -> np.ndarray:
+        """Speech or not, per frame; the VAD runs on its own threads, off the event loop."""
+        cfg = self.config
+        if not (cfg.use_vad and self._vad is not None and self._vad_model is not None):
+            return np.ones(len(frames) // FRAME, dtype=bool)
+        probs = await self._vad_model.run(self._vad.probs, frames)
+        result: np.ndarray = probs >= cfg.vad_threshold
+        return result
 
     async def flush(self, reason: str = "flush") -> int | None:
         """Commit everything buffered (padded with silence so trailing words land)."""
@@ -119,6 +159,7 @@ class StreamSession:
             frame = np.zeros(FRAME, dtype=np.float32)
             frame[: len(self._leftover)] = self._leftover
             self._leftover = np.zeros(0, dtype=np.float32)
+            self._pos += FRAME
             if self._utt is not None:
                 self._utt.add(frame)
         return await self._commit(reason, pad_ms=self.config.flush_silence_ms)
@@ -144,13 +185,14 @@ class StreamSession:
             return
         await self.flush(reason)
         self.closed = True
+        self._room.set()  # a feed() waiting for room returns (and drops its audio)
         await self._finals.put(None)
         await self._final_task
 
     # -- VAD and utterances --------------------------------------------------------------
-    async def _frame(self, frame: np.ndarray) -> None:
+    async def _frame(self, frame: np.ndarray, speech: bool) -> None:
         cfg = self.config
-        speech = self._vad.prob(frame) >= cfg.vad_threshold if cfg.use_vad and self._vad else True
+        self._pos += FRAME
         if self._utt is None:
             if not speech:
                 self._preroll.append(frame)
@@ -172,14 +214,14 @@ class StreamSession:
             self._cancel_partial()  # the final matters more than one more partial
             self._early_len = self._utt.length
             self._early = asyncio.create_task(
-                self._transcribe(self._utt.audio.copy(), self.config.language)
+                self._transcribe(self._utt.audio.copy(), self.config.language, False)
             )
         if cfg.use_vad and self._silence >= end_silence:
             await self._emit(
                 {
                     "type": "speech_stopped",
                     "utterance": self._utt.id,
-                    "at_ms": self._ms(self.samples_in),
+                    "at_ms": self._ms(self._pos),
                 }
             )
             await self._commit("silence")
@@ -187,7 +229,8 @@ class StreamSession:
         if self._utt.length + FRAME > int(cfg.max_utterance_s * SAMPLE_RATE):
             await self._cut_at_max()
             return
-        if self._since_partial >= cfg.partial_interval_s * SAMPLE_RATE and self._partial is None:
+        due = self._since_partial >= cfg.partial_interval_s * SAMPLE_RATE
+        if due and self._partial is None and self._early is None:  # no partial during a final
             self._since_partial = 0
             self._partial = asyncio.create_task(self._run_partial(self._utt))
 
@@ -195,7 +238,7 @@ class StreamSession:
         capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
         pre = np.concatenate(self._preroll) if self._preroll else np.zeros(0, np.float32)
         self._preroll = []
-        start = self.samples_in - len(self._leftover) - len(pre) - FRAME
+        start = self._pos - FRAME - len(pre)
         self._utt = _Utterance(next(self._utterance_ids), capacity, max(0, start))
         self._utt.add(pre[: capacity - FRAME])
         self._utt.add(frame)
@@ -223,18 +266,24 @@ class StreamSession:
         self._utt = _Utterance(next(self._utterance_ids), capacity, utt.start_sample + cut)
         self._utt.add(rest)
         self._since_partial = len(rest)
+        self._agreement.reset()  # the next utterance's stable text starts empty
 
     async def _commit(self, reason: str, pad_ms: int = 0) -> int | None:
         utt, self._utt = self._utt, None
         self._cancel_partial()
-        early, self._early = (self._early, None) if reason == "silence" else (None, None)
-        self._cancel_early()
+        early = None
+        if reason == "silence":  # the silence held: the early transcription is the final
+            early, self._early = self._early, None
+        self._cancel_early()  # any other commit: the early transcription is stale
         self._silence = 0
         if utt is None or utt.length == 0:
             return None
         audio = utt.audio[: self._early_len] if early is not None else utt.audio
         if pad_ms:
             audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
+        self._pending += len(audio)
+        if self._pending > self.config.max_pending_s * SAMPLE_RATE:
+            self._room.clear()
         await self._finals.put((utt, audio, reason, early))
         await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
         return utt.id
@@ -251,9 +300,9 @@ class StreamSession:
             self._partial = None
 
     async def _run_partial(self, utt: _Utterance) -> None:
-        window = utt.audio[-int(self.config.window_max_s * SAMPLE_RATE) :].copy()
-        try:
-            text = await self._transcribe(window, self.config.language)
+        window_s = self.config.window_max_s
+        try:  # the window is taken when the job starts: the newest audio, not stale audio
+            text = await self._transcribe(lambda: utt.tail(window_s), self.config.language, True)
         except APIError as exc:  # queue full / timeout: skip this partial, keep going
             logger.debug("partial skipped: {}", exc.message)
             text = None
@@ -277,32 +326,42 @@ class StreamSession:
                 return
             utt, audio, reason, early = item
             try:
-                if early is not None:
-                    text = await early
-                else:
-                    text = await self._transcribe(audio, self.config.language)
-            except Exception as exc:
-                logger.opt(exception=exc).error("final transcription failed")
-                message = exc.message if isinstance(exc, APIError) else str(exc)
-                await self._emit(
-                    {
-                        "type": "error",
-                        "code": "TRANSCRIPTION_FAILED",
-                        "message": message,
-                        "utterance": utt.id,
-                    }
-                )
-                continue
-            logger.info("final ({}, {:.2f} s): {}", reason, len(audio) / SAMPLE_RATE, text)
+                await self._final(utt, audio, reason, early)
+            finally:
+                self._pending -= len(audio)
+                if self._pending <= self.config.max_pending_s * SAMPLE_RATE:
+                    self._room.set()
+
+    async def _final(
+        self, utt: _Utterance, audio: np.ndarray, reason: str, early: asyncio.Task[str] | None
+    ) -> None:
+        try:
+            if early is not None:
+                text = await early
+            else:
+                text = await self._transcribe(audio, self.config.language, False)
+        except Exception as exc:
+            logger.opt(exception=exc).error("final transcription failed")
+            message = exc.message if isinstance(exc, APIError) else str(exc)
             await self._emit(
                 {
-                    "type": "final",
+                    "type": "error",
+                    "code": "TRANSCRIPTION_FAILED",
+                    "message": message,
                     "utterance": utt.id,
-                    "text": text,
-                    "reason": reason,
-                    "duration": len(audio) / SAMPLE_RATE,
                 }
             )
+            return
+        logger.debug("final ({}, {:.2f} s): {}", reason, len(audio) / SAMPLE_RATE, text)
+        await self._emit(
+            {
+                "type": "final",
+                "utterance": utt.id,
+                "text": text,
+                "reason": reason,
+                "duration": len(audio) / SAMPLE_RATE,
+            }
+        )
 
     @staticmethod
     def _ms(samples: int) -> int:
