@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import openai
 import pytest
-from audio_files import encode
-from server import live_server
 
+from audio_files import encode
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.engines.qwen import token_budget
+from server import live_server
 
 
 def noise_wav(seconds: float) -> bytes:

@@ -54,7 +54,7 @@ def test_a_session_counts_until_its_final_after_a_disconnect() -> None:
 def test_a_fast_sender_is_held_back_to_the_pending_bound() -> None:
     """60 s of audio sent at once with finals that take 1 s each: the server stops reading
     while more than WS_MAX_PENDING_S waits for finals, then takes the rest; nothing lost."""
-    app, engine = slow_app(1.0, ws_max_pending_s=10, ws_max_utterance_s=5)
+    app, _ = slow_app(1.0, ws_max_pending_s=10, ws_max_utterance_s=5)
     audio = np.tile(load("long_2min.wav")[: 16000 * 30], 2)
     with live_server(app) as srv:
         with open_ws(srv.url, use_server_vad="false") as ws:
