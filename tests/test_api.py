@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from audio_files import av_bytes, wav_bytes
+from contract import check_error, check_transcription
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
@@ -36,7 +37,15 @@ def server(qwen_settings: SettingsFactory) -> Iterator[LiveServer]:
 
 
 def transcribe(client: openai.OpenAI, data: bytes, name: str = "a.wav", **kw: Any) -> Any:
-    return client.audio.transcriptions.create(model="whisper-1", file=(name, data), **kw)
+    """The SDK's call; a json/verbose_json body is checked against the SDK's own type (the
+    SDK itself builds its result without validating it)."""
+    raw = client.audio.transcriptions.with_raw_response.create(
+        model="whisper-1", file=(name, data), **kw
+    )
+    response_format = kw.get("response_format", "json")
+    if response_format in ("json", "verbose_json"):
+        check_transcription(raw.http_response.json(), response_format)
+    return raw.parse()
 
 
 def test_json_response_has_the_documented_fields(server: LiveServer) -> None:
@@ -50,6 +59,7 @@ def test_json_response_has_the_documented_fields(server: LiveServer) -> None:
     assert set(timing) == {"decode", "queue", "engine"}
     assert float(timing["engine"]) > 0
     body = raw.http_response.json()
+    check_transcription(body)
     assert set(body) == {"text", "language", "duration", "usage"}
     assert isinstance(body["text"], str)
     assert body["duration"] == pytest.approx(2.0, abs=0.01)
@@ -75,13 +85,23 @@ def test_text_response_is_the_plain_body(server: LiveServer) -> None:
 
 @pytest.mark.parametrize(
     ("language", "reported"),
-    [("en", "english"), ("English", "english"), ("zh", "chinese"), ("fr", "french")],
+    [("en", "English"), ("English", "English"), ("zh", "Chinese"), ("fr", "French")],
 )
 def test_forced_language_forms(server: LiveServer, language: str, reported: str) -> None:
-    raw = client_for(server).audio.transcriptions.with_raw_response.create(
+    """json reports the seed's capitalised name; verbose_json OpenAI's lower-case one."""
+    client = client_for(server)
+    raw = client.audio.transcriptions.with_raw_response.create(
         model="whisper-1", file=("a.wav", wav_bytes(1.0)), language=language
     )
-    assert raw.http_response.json()["language"] == reported
+    assert check_transcription(raw.http_response.json()).language == reported
+    raw = client.audio.transcriptions.with_raw_response.create(
+        model="whisper-1",
+        file=("a.wav", wav_bytes(1.0)),
+        language=language,
+        response_format="verbose_json",
+    )
+    verbose = check_transcription(raw.http_response.json(), "verbose_json")
+    assert verbose.language == reported.lower()
 
 
 def test_auto_language_is_accepted(server: LiveServer) -> None:
@@ -107,7 +127,7 @@ def test_containers_through_the_api(server: LiveServer, name: str, data: str | N
     raw = client_for(server).audio.transcriptions.with_raw_response.create(
         model="whisper-1", file=(name, payload)
     )
-    assert raw.http_response.json()["duration"] == pytest.approx(1.0, abs=0.15)
+    assert check_transcription(raw.http_response.json()).duration == pytest.approx(1.0, abs=0.15)
 
 
 def test_raw_pcm_upload(server: LiveServer) -> None:
@@ -115,15 +135,13 @@ def test_raw_pcm_upload(server: LiveServer) -> None:
     raw = client_for(server).audio.transcriptions.with_raw_response.create(
         model="whisper-1", file=("a.pcm", pcm, "audio/pcm")
     )
-    assert raw.http_response.json()["duration"] == pytest.approx(2.0)
+    assert check_transcription(raw.http_response.json()).duration == pytest.approx(2.0)
 
 
 def assert_openai_error(exc: openai.APIStatusError, status: int, param: str | None) -> None:
     assert exc.status_code == status
-    body = exc.response.json()
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["message"]
-    assert body["error"]["param"] == param
+    error = check_error(exc.response.json())
+    assert error["param"] == param
     assert exc.response.headers["x-request-id"]
 
 
@@ -133,10 +151,11 @@ def test_empty_file_is_400(server: LiveServer) -> None:
     assert_openai_error(info.value, 400, "file")
 
 
-def test_garbage_is_415(server: LiveServer) -> None:
-    with pytest.raises(openai.APIStatusError) as info:
+def test_undecodable_audio_is_400_invalid_audio(server: LiveServer) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
         transcribe(client_for(server), bytes(range(256)) * 16, name="a.mp3")
-    assert_openai_error(info.value, 415, "file")
+    assert_openai_error(info.value, 400, "file")
+    assert info.value.code == "invalid_audio"
     assert "not a supported audio format" in info.value.message
 
 
@@ -160,7 +179,7 @@ def test_bad_response_format_and_temperature_are_400(server: LiveServer) -> None
 def test_missing_file_is_400(server: LiveServer) -> None:
     response = httpx.post(server.url + "/v1/audio/transcriptions", data={"model": "x"})
     assert response.status_code == 400
-    assert response.json()["error"]["param"] == "file"
+    assert check_error(response.json())["param"] == "file"
 
 
 def test_upload_too_large_is_413(qwen_settings: SettingsFactory) -> None:
@@ -186,7 +205,7 @@ def test_upload_too_large_is_413(qwen_settings: SettingsFactory) -> None:
             headers={"content-type": "multipart/form-data; boundary=x"},
         )
         assert response.status_code == 413
-        assert response.json()["error"]["code"] == "too_large"
+        assert check_error(response.json())["code"] == "too_large"
 
 
 def test_audio_too_long_is_413(qwen_settings: SettingsFactory) -> None:
@@ -205,7 +224,7 @@ def test_api_key(qwen_settings: SettingsFactory) -> None:
         assert info.value.code == "invalid_api_key"
         missing = httpx.get(srv.url + "/v1/models")
         assert missing.status_code == 401
-        assert "error" in missing.json()
+        check_error(missing.json())
         assert srv.get("/health").status_code == 200  # /health stays open
         result = transcribe(client_for(srv, api_key="s3cret"), wav_bytes(0.5))
         assert isinstance(result.text, str)
@@ -233,11 +252,11 @@ def test_request_id_is_echoed_and_unknown_routes_use_openai_shape(server: LiveSe
     assert response.headers["x-request-id"] == "abc-123"
     missing = server.get("/nope")
     assert missing.status_code == 404
-    assert missing.json()["error"]["code"] == "not_found"
+    assert check_error(missing.json())["code"] == "not_found"
     assert missing.headers["x-request-id"]
     wrong_method = httpx.get(server.url + "/v1/audio/transcriptions")
     assert wrong_method.status_code == 405
-    assert "error" in wrong_method.json()
+    check_error(wrong_method.json())
 
 
 def test_failed_load_is_503_with_a_fix_then_recovers(
@@ -250,9 +269,12 @@ def test_failed_load_is_503_with_a_fix_then_recovers(
             transcribe(client, wav_bytes(0.5))
         assert info.value.status_code == 503
         assert info.value.response.headers["retry-after"]
+        check_error(info.value.response.json())
         assert "MODEL_ID" in info.value.message
         assert srv.get("/health").json()["last_load_error"]
         shutil.copytree(tiny_qwen_dir, later)  # the operator fixes it; no restart
+        retry_after = int(info.value.response.headers["retry-after"])
+        time.sleep(retry_after)  # a client that honours Retry-After: the load is retried
         assert isinstance(transcribe(client, wav_bytes(0.5)).text, str)
         assert srv.ctx.manager.loaded
 
@@ -270,12 +292,14 @@ class SlowFirstCalls:
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def transcribe(self, request: Any) -> Any:
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         with self.lock:
             delay = self.seconds if self.slow > 0 else 0.0
             self.slow -= 1
         time.sleep(delay)
-        return self.inner.transcribe(request)
+        if should_stop is None:
+            return self.inner.transcribe(request)
+        return self.inner.transcribe(request, should_stop)
 
 
 def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFactory) -> None:
@@ -311,7 +335,7 @@ def test_queue_full_is_503_with_retry_after(qwen_settings: SettingsFactory) -> N
             transcribe(client, wav_bytes(0.5))
         assert info.value.status_code == 503
         assert info.value.response.headers["retry-after"] == "1"
-        assert info.value.code == "queue_full"
+        assert check_error(info.value.response.json())["code"] == "queue_full"
         for t in threads:
             t.join(30)
         assert len(results) == 2

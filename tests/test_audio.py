@@ -7,7 +7,7 @@ import pytest
 
 from audio_files import av_bytes, encode, tone, wav_bytes
 from qwen3_asr_server.audio import SAMPLE_RATE, decode_audio, pcm16_to_float
-from qwen3_asr_server.errors import BadRequestError, TooLargeError, UnsupportedMediaError
+from qwen3_asr_server.errors import BadRequestError, InvalidAudioError, TooLargeError
 
 
 @pytest.mark.parametrize(
@@ -63,11 +63,18 @@ def test_empty_file_is_400() -> None:
     assert info.value.status == 400 and info.value.param == "file"
 
 
-def test_garbage_is_415_with_reason() -> None:
-    with pytest.raises(UnsupportedMediaError) as info:
+def test_garbage_is_400_invalid_audio_with_reason() -> None:
+    with pytest.raises(InvalidAudioError) as info:
         decode_audio(bytes(range(256)) * 8, filename="x.wav")
-    assert info.value.status == 415
+    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_audio", "file")
+    assert info.value.body()["error"]["type"] == "invalid_request_error"
     assert "not a supported audio format" in info.value.message
+
+
+def test_a_file_without_an_audio_stream_is_invalid_audio() -> None:
+    with pytest.raises(InvalidAudioError) as info:
+        decode_audio(av_bytes("mp4", "aac", seconds=0.5)[:64], filename="x.mp4")
+    assert info.value.status == 400 and info.value.code == "invalid_audio"
 
 
 def test_too_long_is_413_before_full_decode() -> None:

@@ -8,8 +8,16 @@ import itertools
 import srt
 import webvtt
 
+from contract import check_transcription
 from qwen3_asr_server.engines.base import Segment, Word
-from qwen3_asr_server.formats import timestamp, to_srt, to_vtt, verbose_json_body
+from qwen3_asr_server.formats import (
+    compression_ratio,
+    json_body,
+    timestamp,
+    to_srt,
+    to_vtt,
+    verbose_json_body,
+)
 from qwen3_asr_server.service import Transcription
 from qwen3_asr_server.timestamps import spread_words
 
@@ -65,7 +73,10 @@ def test_verbose_json_fields() -> None:
         "compression_ratio",
         "no_speech_prob",
     }
-    assert seg["avg_logprob"] is None  # honest: the engine gave none
+    # The engine gave no scores: the documented stand-ins, so the SDK's type accepts it.
+    assert (seg["avg_logprob"], seg["no_speech_prob"]) == (0.0, 0.0)
+    assert seg["compression_ratio"] == compression_ratio("a b")
+    check_transcription(body, "verbose_json")
     assert body["words"] == [
         {"word": "a", "start": 0, "end": 0.4},
         {"word": "b", "start": 0.5, "end": 1},
@@ -73,6 +84,42 @@ def test_verbose_json_fields() -> None:
     assert "words" not in verbose_json_body(
         Transcription("", None, 0.0), words=False, temperature=0.2
     )
+
+
+def test_engine_scores_are_passed_through() -> None:
+    seg = Segment(0, 1, "hi", avg_logprob=-0.25, no_speech_prob=0.01, compression_ratio=1.5)
+    body = verbose_json_body(Transcription("hi", "en", 1.0, [seg]), words=False, temperature=0.0)
+    out = body["segments"][0]
+    assert (out["avg_logprob"], out["no_speech_prob"], out["compression_ratio"]) == (
+        -0.25,
+        0.01,
+        1.5,
+    )
+
+
+def test_compression_ratio_is_whisper_s() -> None:
+    import zlib
+
+    text = "thank you " * 40  # a decoder loop compresses well: whisper's > 2.4 warning
+    data = text.encode()
+    assert compression_ratio(text) == round(len(data) / len(zlib.compress(data)), 3)
+    assert compression_ratio(text) > 2.4
+    assert compression_ratio("The quick brown fox.") < 2.4
+    assert compression_ratio("") == 0.0
+
+
+def test_language_names_json_is_the_seed_s_verbose_is_openai_s() -> None:
+    result = Transcription("你好", "zh", 1.0)
+    assert check_transcription(json_body(result)).language == "Chinese"  # type: ignore[attr-defined]
+    verbose = verbose_json_body(result, words=False, temperature=None)
+    assert check_transcription(verbose, "verbose_json").language == "chinese"
+
+
+def test_unknown_language_is_a_string_in_verbose_json() -> None:
+    nothing = Transcription("", None, 1.0)
+    assert json_body(nothing)["language"] is None
+    verbose = verbose_json_body(nothing, words=False, temperature=None)
+    assert check_transcription(verbose, "verbose_json").language == "unknown"
 
 
 def test_spread_words_is_proportional_monotonic_and_cjk_aware() -> None:

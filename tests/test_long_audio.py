@@ -19,6 +19,7 @@ import srt
 import webvtt
 
 import speech
+from contract import check_stream, check_transcription, sse_data
 from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
@@ -51,9 +52,14 @@ def client_for(server: LiveServer) -> openai.OpenAI:
 
 
 def create(server: LiveServer, name: str, **kw: Any) -> Any:
-    return client_for(server).audio.transcriptions.create(
+    """The SDK's call; json/verbose_json bodies are checked against the SDK's own types."""
+    raw = client_for(server).audio.transcriptions.with_raw_response.create(
         model="whisper-1", file=(name, speech.path(name).read_bytes()), **kw
     )
+    response_format = kw.get("response_format", "json")
+    if response_format in ("json", "verbose_json"):
+        check_transcription(raw.http_response.json(), response_format)
+    return raw.parse()
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +145,9 @@ def test_sse_stream_with_the_openai_sdk(server: LiveServer) -> None:
     stream = client_for(server).audio.transcriptions.create(
         model="whisper-1", file=(LONG, speech.path(LONG).read_bytes()), stream=True
     )
-    events = list(stream)
+    events = list(stream)  # the SDK builds these without validating; so do we, here:
+    for event in events:
+        type(event).model_validate(event.model_dump())
     types = [e.type for e in events]
     assert types[-1] == "transcript.text.done"
     assert set(types[:-1]) == {"transcript.text.delta"}
@@ -154,6 +162,7 @@ def test_first_event_arrives_after_the_first_segment_not_the_whole_file(
     server: LiveServer,
 ) -> None:
     arrivals: list[float] = []
+    lines: list[str] = []
     started = time.perf_counter()
     with httpx.stream(
         "POST",
@@ -166,6 +175,8 @@ def test_first_event_arrives_after_the_first_segment_not_the_whole_file(
         for line in response.iter_lines():
             if line.startswith("data:"):
                 arrivals.append(time.perf_counter() - started)
+                lines.append(line)
+    check_stream("\n".join(lines))  # every event is one of the SDK's stream event types
     first, last = arrivals[0], arrivals[-1]
     assert len(arrivals) >= 6  # deltas, done, [DONE]
     assert first < last / 3, f"first event at {first:.2f} s of {last:.2f} s"
@@ -179,13 +190,16 @@ def test_seed_stream_endpoint_events(server: LiveServer) -> None:
         files={"file": ("a.wav", speech.path("three_sentences.wav").read_bytes())},
         timeout=120,
     )
-    lines = [ln[6:] for ln in response.text.splitlines() if ln.startswith("data: ")]
+    lines = sse_data(response.text)
     assert lines[-1] == "[DONE]"
     events = [json.loads(x) for x in lines[:-1]]
     assert events[0]["type"] == "segment" and events[0]["index"] == 0
+    assert events[0]["chunk_index"] == 0 and events[0]["language"] == "English"
     assert events[0]["start"] == 0 and events[0]["end"] > 0
+    assert [e["is_final"] for e in events[:-1]][-1] is True  # one chunk: the last
     done = events[-1]
     assert done["type"] == "done" and done["segments"] == len(events) - 1
+    assert done["done"] is True and done["is_final"] is True
     assert normalize(done["text"]).endswith("some rain")
 
 
@@ -241,15 +255,17 @@ def test_a_realtime_job_runs_between_two_segments_of_a_long_upload() -> None:
         order: list[str] = []
         original = engine.transcribe
 
-        def tagged(request: Any) -> Any:
+        def tagged(request: Any, *args: Any) -> Any:
             order.append("segment")
-            return original(request)
+            return original(request, *args)
 
         engine.transcribe = tagged  # type: ignore[method-assign]
         thread = threading.Thread(target=lambda: create(srv, LONG))
         thread.start()
-        while not order:
+        deadline = time.monotonic() + 60
+        while not order and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert order, "the upload never reached the engine"
         ctx = srv.ctx
         import asyncio
 

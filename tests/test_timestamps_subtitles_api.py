@@ -16,6 +16,7 @@ import srt
 import webvtt
 
 import speech
+from contract import check_transcription
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from server import LiveServer, live_server
@@ -45,14 +46,16 @@ def whisper() -> Iterator[LiveServer]:
 
 def words_of(srv: LiveServer, name: str, **data: str) -> dict[str, Any]:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
-    result = client.audio.transcriptions.create(
+    raw = client.audio.transcriptions.with_raw_response.create(
         model="whisper-1",
         file=(name, speech.path(name).read_bytes()),
         response_format="verbose_json",
         timestamp_granularities=["word"],
         **data,  # type: ignore[arg-type]
     )
-    return result.model_dump()
+    body: dict[str, Any] = raw.http_response.json()
+    assert check_transcription(body, "verbose_json").words
+    return body
 
 
 def assert_monotonic_within(words: list[dict[str, Any]], duration: float) -> None:
@@ -93,6 +96,7 @@ def test_seed_return_timestamps_on_qwen(qwen_aligned: LiveServer) -> None:
         data={"return_timestamps": "true", "language": "en"},
         timeout=120,
     )
+    assert check_transcription(response.json()).language == "English"  # type: ignore[attr-defined]
     assert_monotonic_within(response.json()["words"], response.json()["duration"])
 
 
@@ -118,6 +122,7 @@ def subtitles(srv: LiveServer, name: str, **data: str) -> httpx.Response:
 def test_whisper_subtitles(whisper: LiveServer, mode: str) -> None:
     response = subtitles(whisper, "long_2min.wav", mode=mode, max_line_chars="32")
     assert response.status_code == 200
+    assert response.headers["content-disposition"] == 'attachment; filename="subtitles.srt"'
     cues = list(srt.parse(response.text))
     assert len(cues) >= 20
     for cue in cues:
@@ -133,6 +138,7 @@ def test_whisper_subtitles(whisper: LiveServer, mode: str) -> None:
 def test_subtitles_vtt(whisper: LiveServer) -> None:
     response = subtitles(whisper, "three_sentences.wav", response_format="vtt")
     assert response.headers["content-type"].startswith("text/vtt")
+    assert response.headers["content-disposition"] == 'attachment; filename="subtitles.vtt"'
     captions = webvtt.from_buffer(io.StringIO(response.text))
     assert normalize(" ".join(c.text for c in captions)).startswith("the quick")
 

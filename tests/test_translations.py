@@ -14,6 +14,7 @@ import srt
 import webvtt
 
 import speech
+from contract import check_error, check_translation
 from fake_llm import create_fake_llm
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
@@ -67,10 +68,13 @@ def transcript(server: LiveServer, name: str) -> str:
 def test_default_is_english_json_through_the_openai_sdk(server: LiveServer) -> None:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     name = "three_sentences.wav"
-    result = client.audio.translations.create(
+    raw = client.audio.translations.with_raw_response.create(
         model="whisper-1", file=(name, speech.path(name).read_bytes())
     )
-    assert result.text == "EN:" + transcript(server, name).upper()
+    body = raw.http_response.json()
+    assert check_translation(body).text == raw.parse().text
+    assert body["text"] == "EN:" + transcript(server, name).upper()
+    assert (body["language"], body["source_language"]) == ("english", "english")
 
 
 def test_seed_language_sets_the_target_and_text_format(server: LiveServer, llm: LiveServer) -> None:
@@ -93,7 +97,11 @@ def test_srt_keeps_cue_count_indices_and_timing(server: LiveServer) -> None:
             ).text
         )
     )
-    translated = list(srt.parse(translate(server, name, response_format="srt").text))
+    response = translate(server, name, response_format="srt")
+    assert response.headers["content-disposition"] == (
+        'attachment; filename="translated_subtitles.srt"'
+    )
+    translated = list(srt.parse(response.text))
     assert len(translated) == len(original) > 10
     for a, b in zip(original, translated, strict=True):
         assert (a.index, a.start, a.end) == (b.index, b.start, b.end)
@@ -102,6 +110,10 @@ def test_srt_keeps_cue_count_indices_and_timing(server: LiveServer) -> None:
 
 def test_vtt_translation(server: LiveServer) -> None:
     response = translate(server, "three_sentences.wav", response_format="vtt")
+    assert response.headers["content-type"].startswith("text/vtt")
+    assert response.headers["content-disposition"] == (
+        'attachment; filename="translated_subtitles.vtt"'
+    )
     captions = webvtt.from_buffer(io.StringIO(response.text))
     assert len(captions) >= 3 and all(c.text.startswith("EN:") for c in captions)
 
@@ -126,7 +138,7 @@ def test_bad_llm_output_is_a_clear_502(server: LiveServer, llm: LiveServer, mode
     llm.app.state.mode = mode
     response = translate(server, "three_sentences.wav", response_format="srt")
     assert response.status_code == 502
-    error: dict[str, Any] = response.json()["error"]
+    error: dict[str, Any] = check_error(response.json())
     assert error["type"] == "server_error" and error["message"]
     if mode != "error":
         assert len(llm.app.state.calls) == 2  # one retry, then give up
@@ -161,4 +173,4 @@ def test_not_configured_is_501_and_transcription_still_works() -> None:
 def test_bad_target_language_is_400(server: LiveServer) -> None:
     response = translate(server, "sentence_01.wav", language="klingon")
     assert response.status_code == 400
-    assert response.json()["error"]["param"] == "language"
+    assert check_error(response.json())["param"] == "language"

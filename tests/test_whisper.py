@@ -80,7 +80,7 @@ def test_text_format_and_json_fields(server: LiveServer) -> None:
         model="whisper-1", file=speech.path("sentence_08.wav").read_bytes()
     )
     body = raw.http_response.json()
-    assert body["language"] == "english"
+    assert body["language"] == "English"  # json: the seed's name; verbose_json: "english"
     expected = sf.info(speech.path("sentence_08.wav")).duration
     assert body["duration"] == pytest.approx(expected, abs=1e-3)
 

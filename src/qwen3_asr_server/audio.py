@@ -13,7 +13,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import BadRequestError, TooLargeError, UnsupportedMediaError
+from .errors import BadRequestError, InvalidAudioError, TooLargeError
 
 SAMPLE_RATE = 16000
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
@@ -113,7 +113,7 @@ def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
                 mono = _mono(block)
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
     except Exception as exc:
-        raise UnsupportedMediaError(f"Could not decode the audio: {exc}", param="file") from exc
+        raise InvalidAudioError(f"Could not decode the audio: {exc}", param="file") from exc
     if rate != SAMPLE_RATE:
         out.add(resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
     return Audio(out.result(), rate)
@@ -126,7 +126,7 @@ def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) ->
     try:
         with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.audio:
-                raise UnsupportedMediaError("The file has no audio stream.", param="file")
+                raise InvalidAudioError("The file has no audio stream.", param="file")
             stream = container.streams.audio[0]
             source_rate = int(stream.rate or SAMPLE_RATE)
             seconds = (container.duration or 0) / 1_000_000  # av.time_base is microseconds
@@ -139,10 +139,10 @@ def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) ->
                     _check_duration(len(out) / SAMPLE_RATE, max_seconds)
             for chunk in resampler.resample(None):
                 out.add(chunk.to_ndarray().reshape(-1))
-    except (UnsupportedMediaError, TooLargeError):
+    except (InvalidAudioError, TooLargeError):
         raise
     except Exception as exc:
-        raise UnsupportedMediaError(
+        raise InvalidAudioError(
             f"Could not decode the audio: not a supported audio format (soundfile: "
             f"{first_error}; ffmpeg: {str(exc).split(':')[0]}).",
             param="file",

@@ -61,10 +61,10 @@ class TooLargeError(APIError):
     code = "too_large"
 
 
-class UnsupportedMediaError(APIError):
-    status = 415
-    type = "invalid_request_error"
-    code = "unsupported_audio"
+class InvalidAudioError(BadRequestError):
+    """The bytes are not audio any decoder understands: 400 `invalid_audio`, as OpenAI says."""
+
+    code = "invalid_audio"
 
 
 class ServiceUnavailableError(APIError):
@@ -130,13 +130,21 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     return _json(exc.status, exc.body(), exc.headers)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+# Seed-only routes (no OpenAI counterpart) where a missing required field keeps the seed's
+# status, FastAPI's 422; every other validation error is OpenAI's 400.
+MISSING_FIELD_422_ROUTES = frozenset({"/v1/audio/subtitles"})
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
     message = f"{param}: {first.get('msg', 'invalid value')}" if param else "Invalid request."
-    return _json(400, error_body(message, "invalid_request_error", param, "invalid_value"))
+    route = getattr(request.scope.get("route"), "path", None)
+    missing = first.get("type") == "missing"
+    status = 422 if missing and route in MISSING_FIELD_422_ROUTES else 400
+    return _json(status, error_body(message, "invalid_request_error", param, "invalid_value"))
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
 from .engines.base import Segment
 from .service import Transcription
 from .text import language_name
+
+# verbose_json's `language` is a required string in OpenAI's schema; this is what it says
+# when no language was detected (e.g. an upload of silence with language=auto).
+UNKNOWN_LANGUAGE = "unknown"
 
 
 def language_label(code: str | None) -> str | None:
@@ -16,16 +21,33 @@ def language_label(code: str | None) -> str | None:
     return (name or code or "").lower() or None
 
 
+def seed_language(code: str | None) -> str | None:
+    """The seed server reported the language as Qwen's capitalised name (`English`)."""
+    return language_name(code) or code or None
+
+
+def compression_ratio(text: str) -> float:
+    """Whisper's measure of repetitive text: bytes / zlib-compressed bytes (0 when empty)."""
+    data = text.encode("utf-8")
+    return round(len(data) / len(zlib.compress(data)), 3) if data else 0.0
+
+
 def json_body(result: Transcription) -> dict[str, Any]:
+    """OpenAI's json body plus the seed's `language` (capitalised name) and `duration`."""
     return {
         "text": result.text,
-        "language": language_label(result.language),
+        "language": seed_language(result.language),
         "duration": round(result.duration, 3),
         "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
     }
 
 
 def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
+    """OpenAI's schema requires avg_logprob, compression_ratio and no_speech_prob as numbers.
+    Where the engine has none (Qwen), compression_ratio is computed from the text as whisper
+    does, and avg_logprob / no_speech_prob are 0.0: "no evidence of a problem", which is
+    what clients that filter on them (avg_logprob < -1, no_speech_prob > 0.6) should read."""
+    ratio = s.compression_ratio if s.compression_ratio is not None else compression_ratio(s.text)
     return {
         "id": i,
         "seek": round(s.start * 100),  # 10 ms frames, as whisper counts them
@@ -34,9 +56,9 @@ def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
         "text": s.text,
         "tokens": s.tokens,
         "temperature": temperature if temperature is not None else 0.0,
-        "avg_logprob": s.avg_logprob,  # null where the engine has no such number
-        "compression_ratio": s.compression_ratio,
-        "no_speech_prob": s.no_speech_prob,
+        "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
+        "compression_ratio": ratio,
+        "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
     }
 
 
@@ -45,7 +67,7 @@ def verbose_json_body(
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "task": task,
-        "language": language_label(result.language),
+        "language": language_label(result.language) or UNKNOWN_LANGUAGE,
         "duration": round(result.duration, 3),
         "text": result.text,
         "segments": [_segment(i, s, temperature) for i, s in enumerate(result.segments)],

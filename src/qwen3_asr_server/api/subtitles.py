@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import PlainTextResponse, Response
 
+from ..engines.base import Segment
 from ..errors import BadRequestError
 from ..formats import to_srt, to_vtt
 from ..service import Options
@@ -52,6 +53,12 @@ async def create_subtitles(
     )
     cues = build_cues(result.segments, CueRules(max_line_chars=max_line_chars))
     segments = cue_segments(cues)
+    return subtitle_response(segments, response_format, "subtitles")
+
+
+def subtitle_response(segments: list[Segment], response_format: str, name: str) -> Response:
+    """An SRT/VTT body sent as a download, as the seed did (`subtitles.srt`)."""
+    headers = {"Content-Disposition": f'attachment; filename="{name}.{response_format}"'}
     if response_format == "vtt":
-        return PlainTextResponse(to_vtt(segments), media_type="text/vtt")
-    return PlainTextResponse(to_srt(segments))
+        return PlainTextResponse(to_vtt(segments), media_type="text/vtt", headers=headers)
+    return PlainTextResponse(to_srt(segments), headers=headers)

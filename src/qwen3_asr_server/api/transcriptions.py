@@ -12,10 +12,10 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..audio import Audio, decode_audio
-from ..errors import BadRequestError, TooLargeError
+from ..errors import BadRequestError, QueueFullError, TooLargeError
 from ..formats import (
     json_body,
-    language_label,
+    seed_language,
     to_srt,
     to_vtt,
     verbose_json_body,
@@ -33,7 +33,12 @@ GRANULARITIES = {"word", "segment"}
 
 
 async def read_upload(ctx: AppContext, file: UploadFile) -> Audio:
-    """Read (bounded) and decode an uploaded file off the event loop."""
+    """Read (bounded) and decode an uploaded file off the event loop.
+
+    A full queue refuses the upload first: decoding a file that cannot be queued would
+    spend CPU and memory on work that is thrown away."""
+    if ctx.scheduler.depth >= ctx.scheduler.max_queue:
+        raise QueueFullError()
     limit = ctx.settings.max_upload_bytes
     data = await file.read(limit + 1)
     if len(data) > limit:
@@ -103,21 +108,30 @@ async def openai_events(
 async def seed_events(
     ctx: AppContext, audio: Audio, options: Options
 ) -> AsyncIterator[dict[str, Any]]:
+    """The seed's fields (`text`, `language` as `English`, `is_final` on the last chunk,
+    `chunk_index`; `done: true` last) plus ours (`type`, `index`, `start`, `end`)."""
     parts = []
     async for part in ctx.transcriber.stream(audio, options):
         parts.append(part)
-        yield {
+        chunk: dict[str, Any] = {
             "type": "segment",
             "index": part.index,
+            "chunk_index": part.index,
             "start": round(part.span.start_s, 3),
             "end": round(part.span.end_s, 3),
             "text": part.text,
-            "language": language_label(part.language),
+            "language": seed_language(part.language or options.language),
+            "is_final": part.span.end >= len(audio.samples),
         }
+        if options.word_timestamps:  # the seed's return_timestamps=true
+            chunk["words"] = words_body(part.segments)
+        yield chunk
     yield {
         "type": "done",
+        "done": True,
+        "is_final": True,
         "text": join_texts([p.text for p in parts]),
-        "language": language_label(overall_language(parts, options.language)),
+        "language": seed_language(overall_language(parts, options.language)),
         "duration": round(audio.duration, 3),
         "segments": len(parts),
     }
@@ -168,9 +182,11 @@ async def stream_transcription(
     language: Annotated[str | None, Form()] = None,
     prompt: Annotated[str | None, Form()] = None,
     temperature: Annotated[float | None, Form()] = None,
+    return_timestamps: Annotated[bool, Form()] = False,
 ) -> Response:
     """The seed's SSE endpoint: one `segment` event per finished segment, then `done`."""
     code = ctx.transcriber.resolve_language(language)
     ctx.transcriber.check_options(prompt, temperature)
     audio = await read_upload(ctx, file)
-    return sse_response(seed_events(ctx, audio, Options(code, prompt, temperature)))
+    options = Options(code, prompt, temperature, word_timestamps=return_timestamps)
+    return sse_response(seed_events(ctx, audio, options))

@@ -13,12 +13,13 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..errors import BadRequestError
-from ..formats import language_label, to_srt, to_vtt
+from ..formats import language_label
 from ..service import Options
 from ..subtitles import CueRules, build_cues, cue_segments, join_words, wrap
 from ..text import language_name, parse_language, split_words
 from ..translate import target_name
 from .deps import AppContext, get_ctx, require_api_key
+from .subtitles import subtitle_response
 from .transcriptions import read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -62,10 +63,7 @@ async def create_translation(
         for cue, text in zip(cues, texts, strict=True):
             words = split_words(text)
             cue.lines = wrap(words, rules.max_line_chars, rules.max_lines) or [join_words(words)]
-        segments = cue_segments(cues)
-        if response_format == "vtt":
-            return PlainTextResponse(to_vtt(segments), media_type="text/vtt")
-        return PlainTextResponse(to_srt(segments))
+        return subtitle_response(cue_segments(cues), response_format, "translated_subtitles")
     translated = await ctx.translator.text(result.text, target)
     if response_format == "text":
         return PlainTextResponse(translated)
