@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import response_schema_conformance, status_code_conformance
 
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
@@ -37,6 +38,8 @@ def server() -> Iterator[LiveServer]:
 )
 def test_no_undocumented_server_errors(case: schemathesis.Case, server: LiveServer) -> None:
     response = case.call(base_url=server.url, timeout=60)
+    # Every status is documented for its route, and every error body matches the Error schema.
+    case.validate_response(response, checks=[status_code_conformance, response_schema_conformance])
     status = response.status_code
     # Documented: 501 translation not configured, 503 busy/unavailable, 504 timeout.
     assert status < 500 or status in (501, 503, 504), (status, response.text[:500])

@@ -118,7 +118,7 @@ def test_idle_unload_and_reload() -> None:
         assert normalize(transcribe_file(srv, "sentence_10.wav")).startswith("turn left")
         manager = srv.ctx.manager
         for _ in range(50):
-            if not manager.loaded:
+            if manager.state == "unloaded":
                 break
             __import__("time").sleep(0.1)
         assert not manager.loaded and manager.unloads == 1

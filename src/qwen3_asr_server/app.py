@@ -22,6 +22,7 @@ from .api import (
 )
 from .api.deps import AppContext
 from .api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from .api.openapi import install_openapi
 from .config import Settings
 from .engines import Engine, create_engine
 from .errors import APIError, install_error_handlers
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
     app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_upload_bytes + MULTIPART_SLACK)
     app.add_middleware(RequestContextMiddleware)
     app.include_router(health.router)
