@@ -64,3 +64,14 @@ def check_error(body: Any) -> dict[str, Any]:
     assert isinstance(error["message"], str) and error["message"]
     assert error["type"] in ("invalid_request_error", "server_error")
     return error
+
+
+def check_realtime_event(raw: str | bytes) -> Any:
+    """A /v1/realtime server event, validated (not just constructed) as the SDK's
+    `RealtimeServerEvent` union, picked by its `type`."""
+    from openai.types.realtime import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    event = TypeAdapter(RealtimeServerEvent).validate_json(raw)
+    assert event.type == json.loads(raw)["type"]
+    return event

@@ -12,8 +12,10 @@ import numpy as np
 import openai
 import pytest
 import soxr
+from pydantic import ValidationError
 
 import speech
+from contract import check_realtime_event
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from server import LiveServer, live_server
@@ -47,18 +49,27 @@ def collect(conn: Any, until: Any, timeout: float = 30.0) -> list[Any]:
     events: list[Any] = []
     deadline = time.monotonic() + timeout
 
+    invalid: list[Exception] = []
+
     def reader() -> None:
         try:
-            for event in conn:
-                events.append(event)
+            while True:
+                raw = conn.recv_bytes()
+                try:
+                    events.append(check_realtime_event(raw))  # validated as the SDK's types
+                except (ValidationError, AssertionError) as exc:
+                    invalid.append(exc)
+                    return
                 if until(events):
                     return
-        except Exception:
+        except Exception:  # the connection closed
             return
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     thread.join(max(0.0, deadline - time.monotonic()))
+    if invalid:
+        raise invalid[0]
     return events
 
 
