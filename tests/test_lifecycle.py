@@ -245,3 +245,13 @@ async def test_failed_load_answers_every_waiter_once_then_backs_off() -> None:
     await use()
     assert engine.attempts == 2  # retried after the backoff, which now doubles
     assert 0.4 < manager.retry_in() <= 0.6
+
+
+async def test_the_backoff_stays_capped_after_very_many_failures() -> None:
+    engine = FakeEngine(failures=1)
+    manager = ModelManager(engine, idle_timeout=0, retry_backoff=5.0, max_backoff=60.0)
+    manager._failures = 5000  # a model that has stayed broken for days
+    with pytest.raises(ServiceUnavailableError) as info:
+        async with manager.use():
+            pass
+    assert info.value.headers["Retry-After"] == "60"

@@ -341,3 +341,40 @@ async def test_should_stop_waits_for_every_member_of_a_batch() -> None:
         assert seen == [False]
     finally:
         await asyncio.to_thread(sched.stop)
+
+
+async def test_a_batch_whose_callers_all_left_is_not_rerun_one_by_one() -> None:
+    sched = PriorityScheduler(max_queue=8, max_batch=4)
+    sched.start()
+    calls: list[str] = []
+    release = threading.Event()
+
+    def run_many(items: list[int]) -> list[int]:
+        calls.append(f"batch of {len(items)}")
+        release.wait(5)
+        if sched.should_stop():  # what the engines do: stop, and say so
+            raise RuntimeError("stopped")
+        return items
+
+    def single(i: int) -> int:
+        calls.append(f"single {i}")
+        return i
+
+    try:
+        holder, hold_release = await occupy(sched)
+        tasks = [
+            asyncio.create_task(
+                sched.submit(lambda i=i: single(i), batch=BatchSpec("k", i, run_many), timeout=0.3)
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(0.05)
+        hold_release.set()
+        await holder
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, RequestTimeoutError) for r in results)
+        release.set()
+        assert await sched.submit(lambda: "next") == "next"
+        assert calls == ["batch of 4"]  # no full decode per job after the stop
+    finally:
+        await asyncio.to_thread(sched.stop)

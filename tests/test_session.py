@@ -208,3 +208,23 @@ async def test_vad_of_a_big_message_does_not_stall_the_event_loop() -> None:
     await tick
     await session.close("test")
     assert max(gaps) < 0.1
+
+
+async def test_clear_cancels_the_early_final_of_the_cleared_audio() -> None:
+    transcriber = Cancellable(delay=0.5)
+    events: list[dict[str, Any]] = []
+    session = session_with(transcriber, events, end_silence_ms=3000)
+    await session.feed(load("sentence_02.wav"))
+    for _ in range(30):
+        await session.feed(np.zeros(1600, np.float32))
+        if session._early is not None:
+            break
+    assert session._early is not None
+    await asyncio.sleep(0.05)
+    early_length = session._early_len / 16000
+    session.clear()
+    assert session._early is None
+    await asyncio.sleep(0.6)
+    assert early_length in transcriber.cancelled
+    await session.close("test")
+    assert [e for e in events if e["type"] == "final"] == []

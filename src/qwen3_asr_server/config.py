@@ -32,7 +32,10 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the model runs. `auto` uses CUDA when torch sees a GPU."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    """Qwen weights dtype. `auto`: bfloat16 on CUDA, float32 on CPU."""
+    """Qwen weights dtype. `auto`: bfloat16 on a CUDA GPU that supports it, else float32."""
+    attn_implementation: Literal["auto", "sdpa", "flash_attention_2", "eager"] = "auto"
+    """Attention kernel for Qwen and its aligner. `auto`: flash-attention 2 where it works
+    (installed, GPU compute capability 8+, bf16/fp16), else SDPA."""
     cpu_threads: int = Field(default=0, ge=0)
     """Threads for CPU inference; 0 lets the engine decide."""
     max_new_tokens: int = Field(default=1024, ge=1)

@@ -133,7 +133,7 @@ class ModelManager:
         except Exception as exc:
             self.state = "unloaded"
             self._failures += 1
-            backoff = min(self._max_backoff, self._retry_backoff * 2 ** (self._failures - 1))
+            backoff = min(self._max_backoff, self._retry_backoff * 2 ** min(self._failures - 1, 16))
             self._retry_at = time.monotonic() + backoff
             if isinstance(exc, ModelLoadError):
                 self.last_error = str(exc)

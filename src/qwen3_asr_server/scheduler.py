@@ -253,9 +253,18 @@ class PriorityScheduler:
             if len(results) != len(group):
                 raise RuntimeError(f"run_many returned {len(results)} results for {len(group)}")
         except BaseException as exc:
-            # One bad input must not fail its neighbours: retry each job on its own.
+            if self.should_stop():  # every caller left: the engine stopped, nothing to redo
+                for job in group:
+                    self._finish(job, None, exc if isinstance(exc, Exception) else None)
+                return
+            # One bad input must not fail its neighbours: retry each job on its own, except
+            # those whose caller has gone meanwhile.
             logger.warning("a batch of {} failed ({!r}); running them one by one", len(group), exc)
             for job in group:
+                if job.state == "cancelled":
+                    self._finish(job, None, None)
+                    continue
+                self._local.group = [job]
                 self._run_one(job)
             return
         self.batches += 1

@@ -53,12 +53,16 @@ class Segmenter:
             yield Span(pos, end)
             pos = end
 
-    def next_cut(self, samples: np.ndarray, pos: int) -> int:
+    def next_cut(self, samples: np.ndarray, pos: int, max_samples: int | None = None) -> int:
+        """End of the segment that starts at `pos`: ≤ `max_samples` (default: the
+        segmenter's) long, cut at a pause in its last `search_seconds`."""
         total = len(samples)
-        if total - pos <= self.max_samples:
+        longest = min(max_samples or self.max_samples, self.max_samples)
+        if total - pos <= longest:
             return total
-        lo = pos + self.max_samples - self.search_samples
-        window = samples[lo : pos + self.max_samples]
+        search = min(self.search_samples, longest // 2)
+        lo = pos + longest - search
+        window = samples[lo : pos + longest]
         offset = self._vad_pause(window) if self.vad is not None else None
         if offset is None:
             offset = quietest_point(window)

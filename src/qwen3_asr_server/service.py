@@ -16,6 +16,7 @@ import numpy as np
 from .audio import SAMPLE_RATE, Audio
 from .config import Settings
 from .engines.base import (
+    ALIGNER_MAX_SECONDS,
     Engine,
     ModelLoadError,
     Segment,
@@ -120,8 +121,11 @@ class TranscriptionService:
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
+            limit = None  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
+            if options.word_timestamps and engine.word_timestamps == "aligner":
+                limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
             while pos < total:
-                end = await self._next_cut(audio, pos)
+                end = await self._next_cut(audio, pos, limit)
                 span = Span(pos, end)
                 request = TranscribeRequest(
                     audio=audio.samples[span.start : span.end],  # a view, not a copy
@@ -191,11 +195,13 @@ class TranscriptionService:
         parts = [part async for part in self.stream(audio, options)]
         return merge(parts, audio, options.language)
 
-    async def _next_cut(self, audio: Audio, pos: int) -> int:
-        if len(audio.samples) - pos <= self.segmenter.max_samples:
+    async def _next_cut(self, audio: Audio, pos: int, limit: int | None = None) -> int:
+        if len(audio.samples) - pos <= min(
+            limit or self.segmenter.max_samples, self.segmenter.max_samples
+        ):
             return len(audio.samples)
         try:
-            return await asyncio.to_thread(self.segmenter.next_cut, audio.samples, pos)
+            return await asyncio.to_thread(self.segmenter.next_cut, audio.samples, pos, limit)
         except ModelLoadError as exc:
             raise ModelUnavailableError(str(exc)) from exc
 

@@ -46,22 +46,16 @@ class SileroModel:
         self._path = path
         self._session: Any = None
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        # Threads start on first use; the event loop never takes a lock here.
+        self._executor = ThreadPoolExecutor(VAD_THREADS, thread_name_prefix="vad")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` (VAD work) on the VAD threads: a big message from one client
         never stalls the event loop, and a long upload's decode never delays the VAD."""
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(VAD_THREADS, thread_name_prefix="vad")
-            executor = self._executor
-        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def close(self) -> None:
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def session(self) -> Any:
         with self._lock:

@@ -41,6 +41,8 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "model_id": engine.model_id,
         "engine": engine.name,
         "device": engine.device,
+        "dtype": getattr(engine, "dtype", None),  # in use, once loaded (Qwen)
+        "attention": getattr(engine, "attention", None),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..config import Settings
+from ..config import DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL, Settings
 from .base import Engine, ModelLoadError, TranscribeRequest, TranscribeResult
 
 __all__ = [
@@ -71,4 +71,8 @@ def create_engine(settings: Settings) -> Engine:
         max_new_tokens=settings.max_new_tokens,
         cpu_threads=settings.cpu_threads,
         aligner_id=settings.forced_aligner_id,
+        attention=settings.attn_implementation,
+        # MODEL_ID unset: the driver's presence is only a guess; the engine picks the model
+        # for the device torch really sees when it loads.
+        defaults=None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
     )

@@ -17,6 +17,8 @@ class JobCancelledError(Exception):
     """The engine stopped early because every caller of the job had gone (`should_stop`)."""
 
 
+ALIGNER_MAX_SECONDS = 180.0  # the forced aligner's limit per call (the SDK's own chunk size)
+
 ShouldStop = Callable[[], bool]
 """Polled by an engine during a call: True once nobody waits for the result any more."""
 

@@ -7,9 +7,10 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
 from loguru import logger
 
-from ..text import QWEN_LANGUAGES, language_code, language_name
+from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
 from .base import (
     JobCancelledError,
     ModelLoadError,
@@ -20,8 +21,11 @@ from .base import (
     Word,
     never_stop,
 )
+from .qwen_load import choose_attention, choose_dtype, load_checkpoint
+from .word_times import words_from_items
 
 SAMPLE_RATE = 16000
+MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
 # The languages Qwen3-ForcedAligner aligns (ISO codes).
 ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
 # The SDK's hard-coded end-of-sequence ids (<|im_end|>, <|endoftext|>).
@@ -47,13 +51,18 @@ class QwenEngine:
         max_new_tokens: int = 1024,
         cpu_threads: int = 0,
         aligner_id: str | None = None,
+        attention: str = "auto",
+        defaults: tuple[str, str] | None = None,
     ) -> None:
         self.model_id = model_id
         self.aligner_id = aligner_id
         self._aligner: Any = None
-        self._load_kwargs: dict[str, Any] = {}
         self._device_setting = device
         self._dtype_setting = dtype
+        self._attention_setting = attention
+        self._defaults = defaults  # (cpu model, cuda model) when MODEL_ID is unset
+        self.dtype: str | None = None  # in use, once loaded
+        self.attention: str | None = None
         self._max_new_tokens = max_new_tokens
         self._cpu_threads = cpu_threads
         self._model: Any = None
@@ -80,37 +89,76 @@ class QwenEngine:
 
         transformers.logging.set_verbosity_error()  # per-call generate() chatter
 
-        cuda = self._device_setting == "cuda" or (
-            self._device_setting == "auto" and torch.cuda.is_available()
-        )
-        if cuda and not torch.cuda.is_available():
+        available = torch.cuda.is_available()
+        cuda = self._device_setting == "cuda" or (self._device_setting == "auto" and available)
+        if cuda and not available:
             raise ModelLoadError(
                 "DEVICE=cuda but torch sees no CUDA device. Install a CUDA build of torch "
                 "or set DEVICE=cpu."
             )
+        if self._defaults is not None:  # the default model follows the device torch sees
+            self.model_id = self._defaults[1] if cuda else self._defaults[0]
         if self._cpu_threads > 0:
             torch.set_num_threads(self._cpu_threads)
-        dtype_name = self._dtype_setting
-        if dtype_name == "auto":
-            dtype_name = "bfloat16" if cuda else "float32"
+        dtype = choose_dtype(
+            self._dtype_setting, cuda, bool(cuda and torch.cuda.is_bf16_supported())
+        )
+        attention = choose_attention(
+            self._attention_setting,
+            cuda,
+            dtype,
+            transformers.utils.is_flash_attn_2_available(),
+            torch.cuda.get_device_capability(0) if cuda else (0, 0),
+        )
         kwargs: dict[str, Any] = {
-            "dtype": getattr(torch, dtype_name),
+            "dtype": getattr(torch, dtype),
             "device_map": "cuda:0" if cuda else "cpu",
-            "attn_implementation": _attention(cuda),
+            "attn_implementation": attention,
         }
         try:
-            model = Qwen3ASRModel.from_pretrained(
-                self.model_id, max_new_tokens=self._max_new_tokens, **kwargs
+            network = load_checkpoint(self.model_id, "MODEL_ID", **kwargs)
+            processor = transformers.AutoProcessor.from_pretrained(
+                self.model_id, fix_mistral_regex=True
             )
+        except ModelLoadError:
+            raise
         except Exception as exc:
             raise ModelLoadError(_load_hint(self.model_id, exc)) from exc
+        model = Qwen3ASRModel(
+            backend="transformers",
+            model=network,
+            processor=processor,
+            max_inference_batch_size=-1,  # our batches are already bounded (MAX_BATCH_SIZE)
+            max_new_tokens=self._max_new_tokens,
+        )
         model.model.eval()
+        aligner = self._load_aligner(kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
         self._guard = _GenerationGuard(model.model, pad)
         self._model = model
-        self._load_kwargs = kwargs
+        self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
+        self.dtype, self.attention = dtype, attention
+
+    def _load_aligner(self, kwargs: dict[str, Any]) -> Any:
+        """Loaded with the model (not on first use inside the inference thread, where a load
+        or a download would stall every stream), with the same device, dtype, attention."""
+        from qwen_asr.inference.qwen3_forced_aligner import (
+            Qwen3ForceAlignProcessor,
+            Qwen3ForcedAligner,
+        )
+        from transformers import AutoProcessor
+
+        path = str(self.aligner_id)
+        try:
+            network = load_checkpoint(path, "FORCED_ALIGNER_ID", **kwargs)
+            processor = AutoProcessor.from_pretrained(path, fix_mistral_regex=True)
+            return Qwen3ForcedAligner(network, processor, Qwen3ForceAlignProcessor())
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(_load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc
 
     def unload(self) -> None:
         cuda = self._device == "cuda"
@@ -118,6 +166,7 @@ class QwenEngine:
         self._guard = None
         self._aligner = None
         self._device = None
+        self.dtype = self.attention = None
         gc.collect()
         if cuda:
             import torch
@@ -138,70 +187,108 @@ class QwenEngine:
         if self._model is None or self._guard is None:
             raise RuntimeError("QwenEngine.transcribe called before load()")
         started = time.perf_counter()
+        texts: list[str] = [""] * len(requests)
+        languages: list[str | None] = [None] * len(requests)
+        # Items of similar length share a call: upstream saw mixed-length batches corrupt
+        # the shorter item on GPU (QwenLM/Qwen3-ASR#207).
+        for group in duration_groups([len(r.audio) for r in requests]):
+            results = self._decode([requests[i] for i in group], should_stop)
+            for i, result in zip(group, results, strict=True):
+                # Clean repetitions before alignment, so that words and text agree.
+                texts[i] = collapse_repetitions((result.text or "").strip())
+                languages[i] = language_code(result.language) or requests[i].language
+        words = self._align(requests, texts, languages, should_stop)
+        share = (time.perf_counter() - started) / len(requests)
+        out = []
+        for i, request in enumerate(requests):
+            segment = Segment(0.0, len(request.audio) / SAMPLE_RATE, texts[i], words.get(i, []))
+            out.append(
+                TranscribeResult(
+                    text=texts[i],
+                    language=languages[i],
+                    segments=[segment] if texts[i] else [],
+                    engine_seconds=share,
+                )
+            )
+        return out
+
+    def _decode(self, requests: list[TranscribeRequest], should_stop: ShouldStop) -> list[Any]:
+        assert self._model is not None and self._guard is not None
         budgets = [token_budget(len(r.audio) / SAMPLE_RATE, self._max_new_tokens) for r in requests]
         self._model.max_new_tokens = max(budgets)
         with self._guard.limits(budgets, should_stop) as hit:
             # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
-            results = self._model.transcribe(
-                audio=[(r.audio, SAMPLE_RATE) for r in requests],
+            results: list[Any] = self._model.transcribe(
+                audio=[(padded(r.audio), SAMPLE_RATE) for r in requests],
                 context=[r.prompt or "" for r in requests],
                 language=[language_name(r.language) for r in requests],
             )
         if should_stop():
             raise JobCancelledError("every caller of this job has gone")
         for index in sorted(hit):
-            seconds = len(requests[index].audio) / SAMPLE_RATE
             logger.warning(
                 "the decode of {:.1f} s of audio hit its budget of {} tokens without an end "
                 "token (noise, or a broken checkpoint?); its text is cut there",
-                seconds,
+                len(requests[index].audio) / SAMPLE_RATE,
                 budgets[index],
             )
-        share = (time.perf_counter() - started) / len(requests)
-        out = []
-        for request, result in zip(requests, results, strict=True):
-            text = (result.text or "").strip()
-            duration = len(request.audio) / SAMPLE_RATE
-            language = language_code(result.language) or request.language
-            segment = Segment(start=0.0, end=duration, text=text)
-            aligned = self.aligner_id and language in ALIGNER_LANGUAGES
-            if text and request.word_timestamps and aligned:
-                segment.words = self._align(request, text, str(language))
-            out.append(
-                TranscribeResult(
-                    text=text,
-                    language=language,
-                    segments=[segment] if text else [],
-                    engine_seconds=share,
-                )
-            )
+        return results
+
+    def _align(
+        self,
+        requests: list[TranscribeRequest],
+        texts: list[str],
+        languages: list[str | None],
+        should_stop: ShouldStop,
+    ) -> dict[int, list[Word]]:
+        """Word (CJK: character) times from Qwen3-ForcedAligner for every request that asks,
+        in one `align` call; each word keeps the transcript's own text."""
+        wanted = [
+            i
+            for i, r in enumerate(requests)
+            if r.word_timestamps and texts[i] and languages[i] in ALIGNER_LANGUAGES
+        ]
+        if not wanted or self._aligner is None or should_stop():
+            return {}
+        aligned = self._aligner.align(
+            audio=[(padded(requests[i].audio), SAMPLE_RATE) for i in wanted],
+            text=[texts[i] for i in wanted],
+            language=[language_name(languages[i]) for i in wanted],
+        )
+        out: dict[int, list[Word]] = {}
+        for i, result in zip(wanted, aligned, strict=True):
+            duration = len(requests[i].audio) / SAMPLE_RATE
+            words = words_from_items(texts[i], list(result.items), duration)
+            if words is None:
+                logger.warning("aligner tokens do not match the transcript; times are spread")
+                continue
+            out[i] = words
         return out
 
-    def _align(self, request: TranscribeRequest, text: str, language: str) -> list[Word]:
-        """Word (CJK: character) timestamps from Qwen3-ForcedAligner, loaded on first use."""
-        if self._aligner is None:
-            from qwen_asr.inference.qwen3_forced_aligner import Qwen3ForcedAligner
 
-            try:
-                self._aligner = Qwen3ForcedAligner.from_pretrained(
-                    self.aligner_id,
-                    **{k: v for k, v in self._load_kwargs.items() if k != "attn_implementation"},
-                )
-            except Exception as exc:
-                raise ModelLoadError(
-                    _load_hint(str(self.aligner_id), exc, "FORCED_ALIGNER_ID")
-                ) from exc
-        (result,) = self._aligner.align(
-            audio=(request.audio, SAMPLE_RATE), text=text, language=language_name(language)
-        )
-        duration = len(request.audio) / SAMPLE_RATE
-        words, last = [], 0.0
-        for item in result.items:  # clamp into the audio and keep time moving forward
-            start = min(max(float(item.start_time), last), duration)
-            end = min(max(float(item.end_time), start), duration)
-            words.append(Word(word=item.text, start=start, end=end))
-            last = start
-        return words
+def padded(audio: np.ndarray) -> np.ndarray:
+    """Zero-pad clips under 0.5 s: the feature extractor raises on ≤ 200 samples, and short
+    unpadded clips often decode empty (the transformers port pads the same way). The
+    response keeps the real duration."""
+    if len(audio) >= MIN_SAMPLES:
+        return audio
+    out = np.zeros(MIN_SAMPLES, dtype=np.float32)
+    out[: len(audio)] = audio
+    return out
+
+
+def duration_groups(lengths: list[int]) -> list[list[int]]:
+    """Indices grouped by similar length (the longest ≤ twice the shortest, or 2 s more)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups:
+            shortest = lengths[groups[-1][0]]
+            if lengths[i] <= max(2 * shortest, shortest + 2 * SAMPLE_RATE):
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+    return groups
 
 
 class _GenerationGuard:
@@ -266,16 +353,6 @@ class _Limits:
 
     def __exit__(self, *_: Any) -> None:
         self._guard._should_stop = never_stop
-
-
-def _attention(cuda: bool) -> str:
-    if not cuda:
-        return "sdpa"
-    try:
-        import flash_attn  # noqa: F401
-    except Exception:
-        return "sdpa"
-    return "flash_attention_2"
 
 
 def _load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:

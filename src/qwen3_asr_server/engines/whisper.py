@@ -111,6 +111,8 @@ class WhisperEngine:
     ) -> TranscribeResult:
         if self._model is None:
             raise RuntimeError("WhisperEngine.transcribe called before load()")
+        if should_stop():  # nobody waits any more: do not start
+            raise JobCancelledError("every caller of this job has gone")
         started = time.perf_counter()
         # Greedy by default: deterministic output, and no temperature-fallback re-decodes
         # (up to six per window) that multiply CPU latency. An explicit temperature samples.
@@ -148,6 +150,8 @@ class WhisperEngine:
             raise RuntimeError("WhisperEngine.transcribe_batch called before load()")
         if len(requests) == 1:
             return [self.transcribe(requests[0], should_stop)]
+        if should_stop():
+            raise JobCancelledError("every caller of this job has gone")
         first = requests[0]
         started = time.perf_counter()
         offsets, clips, pos = [], [], 0.0

@@ -116,6 +116,7 @@ class StreamSession:
         self._room.set()
         self.samples_in = 0  # total audio received, in samples
         self._pos = 0  # samples consumed by the VAD framing (the end of the last frame)
+        self._closing: asyncio.Future[None] | None = None
         self.closed = False
 
     # -- input -------------------------------------------------------------------------
@@ -175,14 +176,20 @@ class StreamSession:
     def clear(self) -> None:
         """Discard the open utterance without a final (OpenAI's input_audio_buffer.clear)."""
         self._cancel_partial()
+        self._cancel_early()  # its text belongs to the cleared audio
         self._utt = None
+        self._silence = 0
         self._leftover = np.zeros(0, dtype=np.float32)
         self._agreement.reset()
 
     async def close(self, reason: str) -> None:
-        """Finalize what is buffered and wait for every final to be emitted."""
-        if self.closed:
-            return
+        """Finalize what is buffered and wait for every final to be emitted. Safe to call
+        from two places at once (a disconnect and the server's shutdown): both wait."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(reason))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, reason: str) -> None:
         await self.flush(reason)
         self.closed = True
         self._room.set()  # a feed() waiting for room returns (and drops its audio)

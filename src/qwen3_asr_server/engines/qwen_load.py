@@ -1,0 +1,64 @@
+"""Loading Qwen3-ASR checkpoints: device, dtype and attention choices (pure functions, no
+heavy imports) and a loader that refuses checkpoints with missing weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ModelLoadError
+
+FLASH = "flash_attention_2"
+
+
+def choose_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
+    """`auto`: bfloat16 on a GPU that supports it, else float32 (fp16 overflows to NaN in
+    this model, which decodes as "!"); float32 on CPU."""
+    if setting != "auto":
+        return setting
+    return "bfloat16" if cuda and bf16_supported else "float32"
+
+
+def choose_attention(
+    setting: str, cuda: bool, dtype: str, flash_available: bool, capability: tuple[int, int]
+) -> str:
+    """flash-attention 2 only where it works: installed, on a GPU of compute capability 8+,
+    in bf16/fp16 (transformers merely warns otherwise, then every request fails in the
+    kernel). An explicit setting that cannot work is an error, not a silent switch."""
+    flash_ok = (
+        cuda and flash_available and dtype in ("bfloat16", "float16") and capability >= (8, 0)
+    )
+    if setting == FLASH and not flash_ok:
+        raise ModelLoadError(
+            "ATTN_IMPLEMENTATION=flash_attention_2 needs the flash-attn package, a CUDA GPU of "
+            "compute capability 8.0 or newer and DTYPE bfloat16 or float16 (here: "
+            f"cuda={cuda}, flash-attn={flash_available}, capability={capability}, "
+            f"dtype={dtype}). Use ATTN_IMPLEMENTATION=auto or sdpa."
+        )
+    if setting != "auto":
+        return setting
+    return FLASH if flash_ok else "sdpa"
+
+
+def load_checkpoint(path: str, setting: str, **kwargs: Any) -> Any:
+    """`AutoModel.from_pretrained` that fails when weights are missing: transformers would
+    initialise them randomly and, with its logging muted, say nothing (garbage output)."""
+    from transformers import AutoModel
+
+    model, info = AutoModel.from_pretrained(path, output_loading_info=True, **kwargs)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        unexpected = sorted(info.get("unexpected_keys") or [])
+        shown = ", ".join(missing[:10]) + (
+            f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        )
+        hint = (
+            f" The checkpoint has unexpected weights instead: {', '.join(unexpected[:5])}."
+            if unexpected
+            else ""
+        )
+        raise ModelLoadError(
+            f"{setting}={path!r} is missing {len(missing)} weights ({shown}); they would run on "
+            f"random values and produce garbage.{hint} Is it a complete Qwen3-ASR checkpoint "
+            "of a supported version?"
+        )
+    return model
