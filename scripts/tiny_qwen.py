@@ -62,11 +62,57 @@ def _tokenizer(out: Path, extra: tuple[str, ...] = ()) -> int:
     return vocab_size
 
 
-def build(out_dir: str | Path, aligner: bool = False) -> Path:
+# Random-weight stand-ins of the real models' shapes (bench/gpu_check.py), from the published
+# configs: Qwen3-0.6B / Qwen3-1.7B decoders and their audio encoders.
+SHAPES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
+    "0.6b": (
+        dict(
+            encoder_layers=18,
+            encoder_attention_heads=14,
+            encoder_ffn_dim=3584,
+            d_model=896,
+            output_dim=1024,
+            downsample_hidden_size=480,
+        ),
+        dict(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+        ),
+    ),
+    "1.7b": (
+        dict(
+            encoder_layers=24,
+            encoder_attention_heads=16,
+            encoder_ffn_dim=4096,
+            d_model=1024,
+            output_dim=2048,
+            downsample_hidden_size=480,
+        ),
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+        ),
+    ),
+}
+
+
+def build(out_dir: str | Path, aligner: bool = False, shape: str = "tiny") -> Path:
     """Write the checkpoint to `out_dir` (created) and return its path.
 
     `aligner=True` builds a Qwen3-ForcedAligner instead: the same architecture with a
     `<timestamp>` token whose predicted class ids are read as multiples of 80 ms.
+    `shape` "0.6b"/"1.7b" builds random weights of the real models' sizes (bf16 on disk)
+    with the same small tokenizer.
     """
     from qwen_asr.core.transformers_backend import (
         Qwen3ASRConfig,
@@ -100,6 +146,17 @@ def build(out_dir: str | Path, aligner: bool = False) -> Path:
         head_dim=16,
         rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "interleaved": True},
     )
+    if shape != "tiny":
+        big_audio, big_text = SHAPES[shape]
+        audio.update(big_audio)
+        head = int(big_text["head_dim"]) // 2  # mrope sections sum to head_dim / 2
+        text.update(
+            big_text,
+            rope_scaling={
+                **text["rope_scaling"],
+                "mrope_section": [head - 2 * (head * 5 // 16), head * 5 // 16, head * 5 // 16],
+            },
+        )  # type: ignore[dict-item]
     cfg = Qwen3ASRConfig(
         thinker_config=dict(
             audio_config=audio,
@@ -114,7 +171,12 @@ def build(out_dir: str | Path, aligner: bool = False) -> Path:
             else {}
         ),
     )
-    Qwen3ASRForConditionalGeneration(cfg).save_pretrained(str(out))
+    model = Qwen3ASRForConditionalGeneration(cfg)
+    if shape != "tiny":
+        import torch
+
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(str(out))
     WhisperFeatureExtractor(feature_size=128).save_pretrained(str(out))
     (out / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen3ASRProcessor"}))
     return out

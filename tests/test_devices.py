@@ -39,3 +39,30 @@ def test_qwen_on_cuda_uses_bf16_and_frees_memory_on_unload(tiny_qwen_dir: Path) 
     engine.transcribe(TranscribeRequest(np.zeros(16000, np.float32)))
     engine.unload()
     assert torch.cuda.memory_allocated() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU; none on this machine")
+def test_qwen_on_cuda_mixed_batch_with_aligner_and_a_failed_request_free_memory(
+    tiny_qwen_dir: Path, tiny_aligner_dir: Path
+) -> None:
+    import torch
+
+    engine = QwenEngine(
+        str(tiny_qwen_dir), device="cuda", max_new_tokens=8, aligner_id=str(tiny_aligner_dir)
+    )
+    engine.load()
+    assert engine.attention in ("sdpa", "flash_attention_2") and engine.dtype != "float16"
+    requests = [
+        TranscribeRequest(np.zeros(int(s * 16000), np.float32) + 0.01, "en", word_timestamps=True)
+        for s in (25, 3, 0.3, 12)
+    ]
+    assert len(engine.transcribe_batch(requests)) == 4
+
+    def explode() -> bool:
+        raise RuntimeError("failure mid-decode")
+
+    with pytest.raises(RuntimeError):
+        engine.transcribe(TranscribeRequest(np.zeros(32000, np.float32)), explode)
+    engine.unload()
+    assert torch.cuda.memory_allocated() == 0
