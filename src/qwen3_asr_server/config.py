@@ -47,6 +47,17 @@ class Settings(BaseSettings):
     whisper_beam_size: int = Field(default=1, ge=1, le=10)
     """Beam width for the whisper engine; 1 (greedy) is fastest on CPU."""
 
+    engine_process: Literal["inline", "worker"] = "inline"
+    """`worker` runs the engine in a child process (spawned on first use, ended when idle):
+    an idle unload then gives back all memory the model runtime took, and a crash or a
+    runaway job costs one request. `inline`: one process, torch imported lazily."""
+    gateway_mode: bool = False
+    """The seed's name for ENGINE_PROCESS=worker (true selects it)."""
+    worker_kill_grace: float = Field(default=10.0, gt=0)
+    """Worker mode: a job whose callers are gone but whose generation has not stopped this
+    many seconds later (or that runs past REQUEST_TIMEOUT plus this) is killed with its
+    worker, which restarts for the next job."""
+
     idle_timeout: float = Field(default=120.0, ge=0)
     """Seconds without use before the model is unloaded; 0 never unloads."""
     preload: bool = False
@@ -117,6 +128,10 @@ class Settings(BaseSettings):
     """Minimum log level (DEBUG, INFO, WARNING, ...)."""
     log_json: bool = False
     """Write one JSON object per log line."""
+
+    @property
+    def use_worker(self) -> bool:
+        return self.engine_process == "worker" or self.gateway_mode
 
     def resolved_model_id(self, cuda: bool) -> str:
         """The model to serve; the default depends on the device."""

@@ -18,12 +18,19 @@ from .config import Settings
 from .engines.base import (
     ALIGNER_MAX_SECONDS,
     Engine,
+    EngineCrashedError,
     ModelLoadError,
     Segment,
     TranscribeRequest,
     TranscribeResult,
 )
-from .errors import APIError, BadRequestError, InferenceError, ModelUnavailableError
+from .errors import (
+    APIError,
+    BadRequestError,
+    InferenceError,
+    ModelUnavailableError,
+    ServiceUnavailableError,
+)
 from .lifecycle import ModelManager
 from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
@@ -177,8 +184,10 @@ class TranscriptionService:
             )
         except APIError:  # queue full, timeout, shutting down
             raise
-        except ModelLoadError as exc:  # e.g. the forced aligner, loaded on first use
+        except ModelLoadError as exc:  # e.g. a worker process restarted by this call
             raise ModelUnavailableError(str(exc)) from exc
+        except EngineCrashedError as exc:
+            raise ServiceUnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
         except ValueError as exc:  # the engine rejected an argument
             raise BadRequestError(str(exc)) from exc
         except Exception as exc:

@@ -31,6 +31,13 @@ def _cuda_info() -> dict[str, Any]:
         return {"cuda": False}
 
 
+def _worker_info(engine: Any) -> dict[str, Any]:
+    """ENGINE_PROCESS=worker: the child's pid, state and restarts."""
+    if not hasattr(engine, "restarts"):
+        return {}
+    return {"worker": {"pid": engine.pid, "state": engine.state, "restarts": engine.restarts}}
+
+
 @router.get("/health")
 async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
     engine = ctx.manager.engine
@@ -43,6 +50,7 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "device": engine.device,
         "dtype": getattr(engine, "dtype", None),  # in use, once loaded (Qwen)
         "attention": getattr(engine, "attention", None),
+        **_worker_info(engine),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

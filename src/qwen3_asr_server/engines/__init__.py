@@ -49,7 +49,18 @@ def detect_engine(model_id: str) -> str:
     return "whisper" if "whisper" in model_id.lower() else "qwen"
 
 
-def create_engine(settings: Settings) -> Engine:
+def create_engine(settings: Settings, inline: bool = False) -> Engine:
+    """The engine the settings describe; in worker mode (unless `inline`, which the worker
+    itself passes) a proxy that runs it in a child process."""
+    if settings.use_worker and not inline:
+        from .worker import WorkerEngine
+
+        return WorkerEngine(
+            create_engine(settings, inline=True),
+            settings.model_dump(),
+            hard_timeout=settings.request_timeout + settings.worker_kill_grace,
+            kill_grace=settings.worker_kill_grace,
+        )
     cuda = settings.device == "cuda" or (settings.device == "auto" and gpu_present())
     model_id = settings.resolved_model_id(cuda)
     kind = settings.engine if settings.engine != "auto" else detect_engine(model_id)

@@ -13,6 +13,10 @@ class ModelLoadError(Exception):
     """The configured model could not be loaded; the message says why and how to fix it."""
 
 
+class EngineCrashedError(Exception):
+    """The engine's worker process died during a call (segfault, OOM kill, kill -9)."""
+
+
 class JobCancelledError(Exception):
     """The engine stopped early because every caller of the job had gone (`should_stop`)."""
 

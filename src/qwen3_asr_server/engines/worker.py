@@ -1,0 +1,277 @@
+"""The engine in a child process (ENGINE_PROCESS=worker, the seed's GATEWAY_MODE).
+
+`WorkerEngine` is one more Engine: the scheduler calls it like an inline engine, and it
+forwards each call over a pipe to a child started with spawn (never fork) on `load()` and
+ended on `unload()`, so an idle unload gives back everything the model runtime took (torch,
+the CUDA context). The server process never imports torch.
+
+- Audio crosses as raw float32 bytes (`send_bytes`), the rest as small pickled tuples.
+- Cancellation: a shared event the child's engine polls as `should_stop`.
+- A child that dies (segfault, OOM kill, kill -9) fails the calls in flight with
+  `EngineCrashedError` (a 503); the next call starts a fresh child.
+- A job whose callers are gone but whose generation does not stop within `kill_grace`
+  seconds, or that runs past `hard_timeout`, is killed with its child.
+- The child exits when its parent dies (it watches its parent pid), so no orphan survives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+from loguru import logger
+
+from .base import (
+    EngineCrashedError,
+    JobCancelledError,
+    ModelLoadError,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    never_stop,
+)
+
+POLL = 0.05  # seconds between checks while a call runs in the child
+
+
+class WorkerEngine:
+    """Proxies an engine (`template`: constructed, never loaded, here) to a child process."""
+
+    def __init__(
+        self,
+        template: Any,
+        settings: dict[str, Any],
+        *,
+        hard_timeout: float,
+        kill_grace: float = 10.0,
+    ) -> None:
+        self._template = template
+        self._settings = settings
+        self.name = template.name
+        self.model_id = template.model_id
+        self._hard_timeout = hard_timeout
+        self._kill_grace = kill_grace
+        self._process: Any = None
+        self._conn: Any = None
+        self._cancel: Any = None
+        self._lock = threading.Lock()  # one call at a time over the pipe
+        self._facts: dict[str, Any] = {}
+        self.restarts = 0  # children that died or were killed
+        self.state = "stopped"  # stopped | starting | ready
+
+    # -- the Engine protocol: facts known without the child -------------------------------
+    @property
+    def device(self) -> str:
+        return str(self._facts.get("device") or self._template.device)
+
+    @property
+    def dtype(self) -> str | None:
+        return self._facts.get("dtype")
+
+    @property
+    def attention(self) -> str | None:
+        return self._facts.get("attention")
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        languages: frozenset[str] | None = self._template.languages
+        return languages
+
+    @property
+    def word_timestamps(self) -> str:
+        return str(self._template.word_timestamps)
+
+    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
+        key: Hashable | None = self._template.batch_key(request)
+        return key
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def load(self) -> None:
+        with self._lock:
+            self._start()
+
+    def unload(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        self._cancel = context.Event()
+        self.state = "starting"
+        process = context.Process(
+            target=child_main,
+            args=(child, self._cancel, self._settings, os.getpid()),
+            name="qwen3-asr-worker",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        try:
+            reply = self._call(("load",), [], never_stop, deadline=None)
+        except BaseException:
+            self._stop()
+            raise
+        self._facts = reply
+        self.state = "ready"
+        logger.info("inference worker {} ready ({})", process.pid, reply)
+
+    def _stop(self) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        self._facts = {}
+        self.state = "stopped"
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("exit",))
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        conn.close()
+
+    # -- calls ----------------------------------------------------------------------------
+    def transcribe(
+        self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
+    ) -> TranscribeResult:
+        return self.transcribe_batch([request], should_stop)[0]
+
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
+    ) -> list[TranscribeResult]:
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                if self._process is not None:  # died between calls
+                    self._process.join(1)
+                    self._died(self._process)
+                self._start()  # the previous child died: a fresh one for this call
+            metas = [
+                (r.language, r.prompt, r.temperature, r.word_timestamps, len(r.audio))
+                for r in requests
+            ]
+            audios = [np.ascontiguousarray(r.audio, dtype=np.float32) for r in requests]
+            results: list[TranscribeResult] = self._call(
+                ("transcribe", metas), audios, should_stop, time.monotonic() + self._hard_timeout
+            )
+            return results
+
+    def _call(
+        self,
+        message: tuple[Any, ...],
+        audios: list[np.ndarray],
+        should_stop: ShouldStop,
+        deadline: float | None,
+    ) -> Any:
+        process, conn, cancel = self._process, self._conn, self._cancel
+        cancel.clear()
+        stop_asked: float | None = None
+        try:
+            conn.send(message)
+            for audio in audios:
+                conn.send_bytes(audio.tobytes() if not audio.flags.c_contiguous else audio.data)
+            while not conn.poll(POLL):
+                if not process.is_alive():
+                    raise EOFError
+                now = time.monotonic()
+                if stop_asked is None and should_stop():
+                    cancel.set()  # the child's engine polls this as should_stop
+                    stop_asked = now
+                overdue = deadline is not None and now > deadline
+                if overdue or (stop_asked is not None and now - stop_asked > self._kill_grace):
+                    self._kill(process, "overdue" if overdue else "did not stop when asked")
+                    raise JobCancelledError("the inference worker was killed")
+            status, *payload = conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            code = process.exitcode if process.exitcode is not None else "unknown"
+            self._died(process)
+            raise EngineCrashedError(
+                f"The inference worker exited (exit code {code}); it is restarted on the next "
+                "request."
+            ) from exc
+        if status == "ok":
+            return payload[0]
+        kind, text = payload
+        raise {
+            "ModelLoadError": ModelLoadError,
+            "JobCancelledError": JobCancelledError,
+            "ValueError": ValueError,
+        }.get(kind, RuntimeError)(
+            text if kind in ("ModelLoadError", "ValueError") else f"{kind}: {text}"
+        )
+
+    def _kill(self, process: Any, why: str) -> None:
+        logger.warning("killing inference worker {}: a job {}", process.pid, why)
+        process.kill()
+        process.join(5)
+        self._died(process)
+
+    def _died(self, process: Any) -> None:
+        if self._process is process:
+            self.restarts += 1
+            logger.error("inference worker {} exited ({})", process.pid, process.exitcode)
+            conn = self._conn
+            self._process = self._conn = None
+            self._facts = {}
+            self.state = "stopped"
+            if conn is not None:
+                conn.close()
+
+
+# -- the child ------------------------------------------------------------------------------
+def child_main(conn: Any, cancel: Any, settings: dict[str, Any], parent_pid: int) -> None:
+    """The worker process: build and load the engine, then serve calls until told to exit
+    or until the parent is gone."""
+    from ..config import Settings
+    from ..logging import setup_logging
+    from . import create_engine
+
+    config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+    setup_logging(config.log_level, config.log_json)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    engine = create_engine(config, inline=True)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "exit":
+            return
+        try:
+            if message[0] == "load":
+                engine.load()
+                facts = {
+                    "device": engine.device,
+                    "dtype": getattr(engine, "dtype", None),
+                    "attention": getattr(engine, "attention", None),
+                }
+                conn.send(("ok", facts))
+                continue
+            requests = []
+            for language, prompt, temperature, words, _ in message[1]:
+                audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
+                requests.append(TranscribeRequest(audio, language, prompt, temperature, words))
+            results = engine.transcribe_batch(requests, cancel.is_set)
+            conn.send(("ok", results))
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit as soon as the server that started this worker is gone (even if killed hard)."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+        time.sleep(0.5)

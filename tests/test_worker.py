@@ -1,0 +1,181 @@
+"""ENGINE_PROCESS=worker: the engine in a spawned child, driven through the real server
+process (`python -m qwen3_asr_server`), on the tiny Qwen checkpoint and on whisper."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+import speech
+from audio_files import encode, wav_bytes
+from proc import ServerProcess
+from streaming_client import load, open_ws, pcm16
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def server(**env: str) -> Iterator[ServerProcess]:
+    proc = ServerProcess({"ENGINE_PROCESS": "worker", "LOG_LEVEL": "WARNING", **env})
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def health(proc: ServerProcess) -> dict[str, Any]:
+    return dict(httpx.get(proc.url + "/health", timeout=10).json())
+
+
+def post(proc: ServerProcess, data: bytes, timeout: float = 120) -> httpx.Response:
+    return httpx.post(
+        proc.url + "/v1/audio/transcriptions", files={"file": ("a.wav", data)}, timeout=timeout
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def wait_gone(pid: int, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def noise_wav(seconds: float) -> bytes:
+    rng = np.random.default_rng(3)
+    return encode(
+        (rng.standard_normal(int(seconds * 16000)) * 0.1).astype(np.float32), 16000, "WAV"
+    )
+
+
+def test_idle_unload_gives_all_memory_back_and_torch_never_loads(tiny_qwen_dir: Path) -> None:
+    with server(MODEL_ID=str(tiny_qwen_dir), MAX_NEW_TOKENS="8", IDLE_TIMEOUT="1") as proc:
+        assert post(proc, wav_bytes(1.0)).status_code == 200
+        worker = health(proc)["worker"]
+        assert worker["state"] == "ready" and alive(worker["pid"])
+        assert "libtorch" in Path(f"/proc/{worker['pid']}/maps").read_text()
+        assert not proc.torch_loaded()  # the server process itself, never
+        deadline = time.monotonic() + 20
+        while health(proc)["model_loaded"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert health(proc)["worker"]["pid"] is None
+        assert wait_gone(worker["pid"])
+        assert proc.rss_mb() < 100
+        assert post(proc, wav_bytes(1.0)).status_code == 200  # a fresh worker on demand
+        assert not proc.torch_loaded()
+
+
+def test_a_killed_worker_costs_one_request(tiny_qwen_dir: Path) -> None:
+    env = {"MODEL_ID": str(tiny_qwen_dir), "MAX_NEW_TOKENS": "5000", "SEGMENT_MAX_SECONDS": "300"}
+    with server(**env) as proc:
+        assert post(proc, wav_bytes(0.5)).status_code == 200
+        pid = health(proc)["worker"]["pid"]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(post, proc, noise_wav(120))  # seconds of decoding
+            time.sleep(1.0)
+            os.kill(pid, signal.SIGKILL)
+            response = pending.result()
+        assert response.status_code == 503
+        error = response.json()["error"]
+        assert error["code"] == "worker_exited" and "exited" in error["message"]
+        assert post(proc, wav_bytes(0.5)).status_code == 200
+        after = health(proc)["worker"]
+        assert after["restarts"] == 1 and after["pid"] != pid
+
+
+def test_a_hung_job_is_killed_with_its_worker_then_jobs_run(tiny_qwen_dir: Path) -> None:
+    env = {
+        "MODEL_ID": str(tiny_qwen_dir),
+        "MAX_NEW_TOKENS": "8",
+        "REQUEST_TIMEOUT": "2",
+        "WORKER_KILL_GRACE": "1",
+    }
+    with server(**env) as proc:
+        assert post(proc, wav_bytes(0.5)).status_code == 200
+        pid = health(proc)["worker"]["pid"]
+        os.kill(pid, signal.SIGSTOP)  # hung: it will never answer, nor stop when asked
+        try:
+            assert post(proc, wav_bytes(0.5)).status_code == 504
+            assert wait_gone(pid, 10)  # killed by the server
+        finally:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        # The next requests start a fresh worker; with a 2 s REQUEST_TIMEOUT the first may
+        # time out during the worker's imports, which finish anyway.
+        deadline = time.monotonic() + 90
+        status = 0
+        while status != 200 and time.monotonic() < deadline:
+            status = post(proc, wav_bytes(0.5)).status_code
+            assert status in (200, 504)
+        assert status == 200
+        assert health(proc)["worker"]["restarts"] == 1
+
+
+def test_a_load_failure_in_the_worker_is_a_503_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_asr"}))
+    with server(MODEL_ID=str(tmp_path)) as proc:
+        response = post(proc, wav_bytes(0.5))
+        assert response.status_code == 503
+        assert str(tmp_path) in response.json()["error"]["message"]
+        assert health(proc)["worker"]["pid"] is None
+
+
+def final(ws: Any) -> str:
+    while True:
+        message = json.loads(ws.recv(timeout=60))
+        if message.get("is_final"):
+            return str(message["text"])
+
+
+def test_a_streaming_session_survives_a_worker_restart() -> None:
+    with server(MODEL_ID="whisper-tiny.en") as proc:
+        with open_ws(proc.url, use_server_vad="false") as ws:
+            json.loads(ws.recv(timeout=30))
+            ws.send(pcm16(load("sentence_01.wav")))
+            ws.send(json.dumps({"action": "flush"}))
+            assert final(ws)
+            os.kill(health(proc)["worker"]["pid"], signal.SIGKILL)
+            time.sleep(0.5)
+            ws.send(pcm16(load("sentence_02.wav")))
+            ws.send(json.dumps({"action": "flush"}))
+            text = final(ws)
+        assert "quick" in text.lower() or len(text.split()) > 2, text
+        assert health(proc)["worker"]["restarts"] == 1
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_no_orphan_worker_survives_the_server(how: signal.Signals) -> None:
+    proc = ServerProcess({"ENGINE_PROCESS": "worker", "MODEL_ID": "whisper-tiny.en"})
+    try:
+        proc.wait_healthy()
+        data = speech.path("sentence_03.wav").read_bytes()
+        assert post(proc, data).status_code == 200
+        pid = health(proc)["worker"]["pid"]
+        proc.proc.send_signal(how)
+        proc.proc.wait(30)
+        assert wait_gone(pid, 10)
+    finally:
+        proc.stop()
