@@ -20,14 +20,16 @@ from .api import (
     translations,
     ws_transcribe,
 )
+from .api import metrics as metrics_route
 from .api.deps import AppContext
-from .api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from .api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestContextMiddleware
 from .api.openapi import install_openapi
 from .config import Settings
 from .engines import Engine, create_engine
 from .errors import APIError, install_error_handlers
 from .lifecycle import ModelManager
 from .logging import setup_logging
+from .metrics import Metrics
 from .scheduler import PriorityScheduler
 from .segmentation import Segmenter
 from .service import TranscriptionService
@@ -43,10 +45,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     settings = settings or Settings()
     setup_logging(settings.log_level, settings.log_json)
     chosen = engine or create_engine(settings)
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        scheduler = PriorityScheduler(settings.max_queue, max_batch=settings.max_batch_size)
+        scheduler = PriorityScheduler(
+            settings.max_queue, max_batch=settings.max_batch_size, on_start=metrics.observe_job
+        )
         scheduler.start()
         manager = ModelManager(
             chosen, idle_timeout=settings.idle_timeout, busy=lambda: scheduler.busy
@@ -62,12 +67,25 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 manager,
                 scheduler,
                 Segmenter(settings.segment_max_seconds, vad if settings.segment_vad else None),
+                metrics,
             ),
             translator=Translator(settings),
             vad=vad,
             sessions=sessions,
+            metrics=metrics,
             started_at=time.monotonic(),
             started_wall=time.time(),
+        )
+        metrics.watch(
+            lambda: {
+                "model_loaded": manager.loaded,
+                "load_seconds": manager.last_load_seconds,
+                "queue_depth": scheduler.depth,
+                "sessions": len(sessions),
+                "loads": manager.loads,
+                "unloads": manager.unloads,
+                "worker_restarts": getattr(chosen, "restarts", 0),
+            }
         )
         try:
             await manager.start(preload=False)
@@ -88,6 +106,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_upload_bytes + MULTIPART_SLACK)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestContextMiddleware)
     app.include_router(health.router)
     app.include_router(models.router)
@@ -96,4 +115,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(translations.router)
     app.include_router(ws_transcribe.router)
     app.include_router(realtime.router)
+    app.include_router(metrics_route.router)
     return app

@@ -67,6 +67,7 @@ class ModelManager:
         self.unloads = 0
         self.load_attempts = 0
         self.last_error: str | None = None
+        self.last_load_seconds = 0.0
 
     @property
     def loaded(self) -> bool:
@@ -157,9 +158,8 @@ class ModelManager:
         self._retry_at = 0.0
         self.last_error = None
         self._last_used = time.monotonic()
-        logger.info(
-            "model loaded on {} in {:.2f} s", self.engine.device, time.perf_counter() - started
-        )
+        self.last_load_seconds = time.perf_counter() - started
+        logger.info("model loaded on {} in {:.2f} s", self.engine.device, self.last_load_seconds)
 
     @asynccontextmanager
     async def use(self) -> AsyncIterator[Engine]:

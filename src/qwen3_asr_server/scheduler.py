@@ -74,10 +74,12 @@ class PriorityScheduler:
         max_batch: int = 1,
         name: str = "inference",
         batch_max_wait: float = 1.0,
+        on_start: Callable[[int, float, int], None] | None = None,
     ) -> None:
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.batch_max_wait = batch_max_wait
+        self._on_start = on_start  # (priority, seconds waited, jobs in the call): metrics
         self._local = threading.local()  # the group of jobs running on this worker thread
         self._name = name
         self._heap: list[_Job[Any]] = []
@@ -195,6 +197,8 @@ class PriorityScheduler:
                     member.state = "running"
                 self._running = len(group)
             self._local.group = group
+            if self._on_start is not None:
+                self._on_start(job.priority, time.monotonic() - job.queued_at, len(group))
             try:
                 if len(group) == 1:
                     self._run_one(job)

@@ -32,6 +32,7 @@ from .errors import (
     ServiceUnavailableError,
 )
 from .lifecycle import ModelManager
+from .metrics import Metrics
 from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
 from .text import collapse_repetitions, join_texts, parse_language
@@ -79,8 +80,10 @@ class TranscriptionService:
         manager: ModelManager,
         scheduler: PriorityScheduler,
         segmenter: Segmenter,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.manager = manager
         self.scheduler = scheduler
         self.segmenter = segmenter
@@ -147,7 +150,7 @@ class TranscriptionService:
                 )
                 submitted = time.perf_counter()
                 call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
-                result = await self._run(call, options.priority, batch)
+                result = await self._run(call, options.priority, batch, span.end_s - span.start_s)
                 yield self._shift(index, span, result, time.perf_counter() - submitted, options)
                 pos, index = end, index + 1
 
@@ -163,12 +166,16 @@ class TranscriptionService:
         partial that waited decodes the newest audio."""
         should_stop = self.scheduler.should_stop
 
+        seconds = [0.0]
+
         def run(engine: Engine) -> TranscribeResult:
             samples = audio() if callable(audio) else audio
+            seconds[0] = len(samples) / SAMPLE_RATE
             return engine.transcribe(TranscribeRequest(samples, language), should_stop)
 
         async with self.manager.use() as engine:
-            result = await self._run(lambda: run(engine), PARTIAL if partial else REALTIME)
+            priority = PARTIAL if partial else REALTIME
+            result = await self._run(lambda: run(engine), priority, None, lambda: seconds[0])
         return collapse_repetitions(result.text)
 
     async def _run(
@@ -176,6 +183,7 @@ class TranscriptionService:
         call: Callable[[], TranscribeResult],
         priority: int,
         batch: BatchSpec | None = None,
+        audio_seconds: float | Callable[[], float] = 0.0,
     ) -> TranscribeResult:
         """Schedule one engine call; engine failures become API errors."""
         try:
@@ -192,6 +200,11 @@ class TranscriptionService:
             raise BadRequestError(str(exc)) from exc
         except Exception as exc:
             raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
+        if self.metrics is not None:
+            seconds = audio_seconds() if callable(audio_seconds) else audio_seconds
+            self.metrics.observe_inference(
+                self.manager.engine.name, priority, result.engine_seconds, seconds
+            )
         return result
 
     def _batch_runner(self, engine: Engine) -> Callable[[list[Any]], list[Any]]:

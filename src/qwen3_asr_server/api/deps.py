@@ -10,6 +10,7 @@ from fastapi import Request
 from ..config import Settings
 from ..errors import AuthError
 from ..lifecycle import ModelManager
+from ..metrics import Metrics
 from ..scheduler import PriorityScheduler
 from ..service import TranscriptionService
 from ..streaming.registry import SessionRegistry
@@ -28,6 +29,7 @@ class AppContext:
     translator: Translator
     vad: SileroModel
     sessions: SessionRegistry
+    metrics: Metrics
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -11,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import error_body
 from ..logging import REQUEST_ID
+from ..metrics import Metrics
 
 HEADER = b"x-request-id"
 
@@ -69,6 +71,34 @@ class RequestContextMiddleware:
                 await send(message)
         finally:
             REQUEST_ID.reset(token)
+
+
+class MetricsMiddleware:
+    """Count HTTP requests by route template (never the raw path: bounded label values)
+    and status, and time them."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe_request(route, status, time.perf_counter() - started)
 
 
 class BodyLimitMiddleware:

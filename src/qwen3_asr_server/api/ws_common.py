@@ -118,7 +118,8 @@ def new_session(
     async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str:
         return await ctx.transcriber.transcribe_realtime(audio, language, partial=partial)
 
-    return StreamSession(config, transcribe, emit, ctx.vad)
+    observe = ctx.metrics.final_latency.observe
+    return StreamSession(config, transcribe, emit, ctx.vad, observe)
 
 
 def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamConfig:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,8 +90,10 @@ class StreamSession:
         transcribe: Transcribe,
         emit: Emit,
         vad: SileroModel | None,
+        observe_final: Callable[[float], None] | None = None,
     ) -> None:
         self.config = config
+        self._observe_final = observe_final  # end of speech -> final sent (metrics)
         self._transcribe = transcribe
         self._emit = emit
         self._vad_model = vad
@@ -108,7 +111,7 @@ class StreamSession:
         self._early: asyncio.Task[str] | None = None
         self._early_len = 0
         self._finals: asyncio.Queue[
-            tuple[_Utterance, np.ndarray, str, asyncio.Task[str] | None] | None
+            tuple[_Utterance, np.ndarray, str, asyncio.Task[str] | None, float] | None
         ] = asyncio.Queue()
         self._final_task = asyncio.create_task(self._run_finals())
         self._pending = 0  # samples committed whose final has not been emitted yet
@@ -291,7 +294,7 @@ class StreamSession:
         self._pending += len(audio)
         if self._pending > self.config.max_pending_s * SAMPLE_RATE:
             self._room.clear()
-        await self._finals.put((utt, audio, reason, early))
+        await self._finals.put((utt, audio, reason, early, time.monotonic()))
         await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
         return utt.id
 
@@ -331,9 +334,11 @@ class StreamSession:
             item = await self._finals.get()
             if item is None:
                 return
-            utt, audio, reason, early = item
+            utt, audio, reason, early, committed = item
             try:
                 await self._final(utt, audio, reason, early)
+                if reason == "silence" and self._observe_final is not None:
+                    self._observe_final(time.monotonic() - committed)
             finally:
                 self._pending -= len(audio)
                 if self._pending <= self.config.max_pending_s * SAMPLE_RATE:

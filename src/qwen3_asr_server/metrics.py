@@ -1,0 +1,132 @@
+"""Prometheus metrics (prometheus-client), one registry per app.
+
+Histograms and counters are observed where things happen (middleware, scheduler, service,
+streaming sessions); everything that is state (queue depth, model loaded, loads, sessions,
+worker restarts) is read at scrape time by `StateCollector`, so scraping only reads state,
+never drives it, and never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PRIORITY_NAMES = {0: "final", 1: "partial", 2: "batch"}
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "asr_http_requests",
+            "HTTP requests by route and status.",
+            ["route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "asr_http_request_duration_seconds",
+            "HTTP request duration by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "asr_queue_wait_seconds",
+            "Time a job waited in the inference queue, by priority.",
+            ["priority"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "asr_batch_size",
+            "Jobs per engine call.",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
+        self.inference_seconds = Counter(
+            "asr_inference_seconds",
+            "Seconds spent inside the engine, by engine and priority.",
+            ["engine", "priority"],
+            registry=r,
+        )
+        self.audio_seconds = Counter(
+            "asr_audio_seconds",
+            "Seconds of audio transcribed, by engine and priority.",
+            ["engine", "priority"],
+            registry=r,
+        )
+        self.real_time_factor = Histogram(
+            "asr_real_time_factor",
+            "Engine seconds per audio second of each job.",
+            ["engine"],
+            buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+            registry=r,
+        )
+        self.final_latency = Histogram(
+            "asr_stream_final_latency_seconds",
+            "Streaming: end of speech (the closing silence complete) to the final sent.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def observe_job(self, priority: int, waited: float, batch: int) -> None:
+        """Called by the scheduler's worker thread when a job starts."""
+        self.queue_wait.labels(PRIORITY_NAMES.get(priority, str(priority))).observe(waited)
+        self.batch_size.observe(batch)
+
+    def observe_inference(
+        self, engine: str, priority: int, engine_seconds: float, audio_seconds: float
+    ) -> None:
+        name = PRIORITY_NAMES.get(priority, str(priority))
+        self.inference_seconds.labels(engine, name).inc(engine_seconds)
+        self.audio_seconds.labels(engine, name).inc(audio_seconds)
+        if audio_seconds > 0:
+            self.real_time_factor.labels(engine).observe(engine_seconds / audio_seconds)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
+    def watch(self, state: Callable[[], dict[str, Any]]) -> None:
+        """Report the app's state (see StateCollector) at every scrape."""
+        self.registry.register(StateCollector(state))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class StateCollector(Collector):
+    """Reads the manager, scheduler, sessions and worker at scrape time."""
+
+    def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
+        self._state = state
+
+    def describe(self) -> list[Metric]:
+        return []  # the metrics are only known at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._state()
+        gauges = {
+            "asr_model_loaded": ("1 when the model is loaded.", s["model_loaded"]),
+            "asr_model_load_seconds": ("Duration of the last model load.", s["load_seconds"]),
+            "asr_queue_depth": ("Jobs waiting in the inference queue.", s["queue_depth"]),
+            "asr_streaming_sessions": ("Streaming sessions open.", s["sessions"]),
+        }
+        for name, (doc, value) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=float(value))
+        counters = {
+            "asr_model_loads": ("Model loads.", s["loads"]),
+            "asr_model_unloads": ("Model unloads (idle or shutdown).", s["unloads"]),
+            "asr_worker_restarts": (
+                "Inference worker processes that died or were killed.",
+                s["worker_restarts"],
+            ),
+        }
+        for name, (doc, value) in counters.items():
+            yield CounterMetricFamily(name, doc, value=float(value))

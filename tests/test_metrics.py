@@ -1,0 +1,81 @@
+"""GET /metrics: Prometheus exposition whose counters move with real traffic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import speech
+from helpers import whisper_settings
+from proc import ServerProcess
+from qwen3_asr_server.app import create_app
+from server import live_server
+from streaming_client import load, open_ws, pcm16
+
+pytestmark = pytest.mark.slow
+AUTH = {"Authorization": "Bearer k3y"}
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = httpx.get(url + "/metrics", headers=AUTH, timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    return float(samples.get((name, tuple(sorted(labels.items()))), 0.0))
+
+
+def test_counters_move_with_uploads_and_streams() -> None:
+    with live_server(create_app(whisper_settings(api_key="k3y"))) as srv:
+        assert httpx.get(srv.url + "/metrics", timeout=10).status_code == 401
+        before = scrape(srv.url)
+        assert value(before, "asr_model_loaded") == 0
+        response = httpx.post(
+            srv.url + "/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech.path("sentence_01.wav").read_bytes())},
+            headers=AUTH,
+            timeout=60,
+        )
+        assert response.status_code == 200
+        with open_ws(srv.url, api_key="k3y") as ws:
+            json.loads(ws.recv(timeout=10))
+            ws.send(pcm16(np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)])))
+            while not json.loads(ws.recv(timeout=30)).get("is_final"):
+                pass
+        after = scrape(srv.url)
+    route = "/v1/audio/transcriptions"
+    assert value(after, "asr_http_requests_total", route=route, status="200") == 1
+    assert value(after, "asr_http_request_duration_seconds_count", route=route) == 1
+    assert value(after, "asr_model_loaded") == 1 and value(after, "asr_model_loads_total") == 1
+    assert value(after, "asr_model_load_seconds") > 0
+    assert value(after, "asr_queue_wait_seconds_count", priority="batch") >= 1
+    assert value(after, "asr_queue_wait_seconds_count", priority="final") >= 1
+    assert value(after, "asr_audio_seconds_total", engine="whisper", priority="batch") > 2
+    assert value(after, "asr_inference_seconds_total", engine="whisper", priority="final") > 0
+    assert value(after, "asr_real_time_factor_count", engine="whisper") >= 2
+    assert value(after, "asr_batch_size_count") >= 2
+    assert value(after, "asr_stream_final_latency_seconds_count") >= 1
+    assert "asr_streaming_sessions" in {name for name, _ in after}
+    assert value(after, "asr_worker_restarts_total") == 0
+
+
+def test_scraping_never_imports_torch(tiny_qwen_dir: Path) -> None:
+    proc = ServerProcess({"MODEL_ID": str(tiny_qwen_dir), "API_KEY": "k3y"})
+    try:
+        proc.wait_healthy()
+        samples = scrape(proc.url)
+        assert value(samples, "asr_model_loaded") == 0
+        assert not proc.torch_loaded()
+    finally:
+        proc.stop()
