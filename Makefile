@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 
 export HOST PORT
 
-.PHONY: install install-dev run test lint format bench clean
+.PHONY: install install-dev run test lint format bench clean e2e
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: install-dev lint
 
 bench: install-dev
 	$(BIN)/python bench/run_all.py
+
+# Black-box suite (E2Etest/) against a local server with the bundled model on a free port;
+# E2E_ARGS goes to pytest, e.g. make e2e E2E_ARGS="-m smoke".
+e2e: install-dev
+	$(BIN)/python scripts/run_e2e.py $(E2E_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
