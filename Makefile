@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 
 export HOST PORT
 
-.PHONY: install install-dev run test lint format bench clean e2e
+.PHONY: install install-dev run test lint format bench clean e2e image-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,3 +54,8 @@ e2e: install-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Build the CPU image with podman (from a debootstrapped bookworm base) and transcribe a WAV
+# with the server run from the image's filesystem. Needs root; installs podman/debootstrap.
+image-test:
+	bash scripts/image_test.sh
