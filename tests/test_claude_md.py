@@ -19,7 +19,11 @@ def test_every_path_and_command_in_claude_md_exists() -> None:
         for target in re.findall(r"\bmake ([a-z0-9-]+)", span):
             assert target in targets, f"CLAUDE.md names `make {target}`, not in the Makefile"
             checked += 1
-        if " " in span or not re.search(r"/|\.(py|md|toml|yml|example)$", span):
+        if (
+            " " in span
+            or span.startswith("/")
+            or not re.search(r"/|\.(py|md|toml|yml|example)$", span)
+        ):
             continue
         path = span.rstrip("/")
         candidates = [ROOT / path, PACKAGE / path]
