@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The benchmarks reuse the tests' helpers (server process, audio, fixtures).
-for extra in (ROOT / "tests", ROOT / "scripts"):
+for extra in (ROOT / "tests", ROOT / "scripts", ROOT / "E2Etest"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
