@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 
 export HOST PORT
 
-.PHONY: install install-dev run test lint format bench clean e2e image-test
+.PHONY: install install-dev run test lint format bench clean e2e image-test browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,14 @@ format: install-dev
 	$(BIN)/ruff format src tests bench scripts
 	$(BIN)/ruff check --fix src tests bench scripts
 
-test: install-dev lint
+# Debian's chromium for the browser tests (tests/test_web.py, which skip without it): only as
+# root and only when /usr/bin/chromium is missing; one retry after an apt-get update.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ]; then \
+		apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
+	fi
+
+test: install-dev lint browser
 	$(BIN)/python -m pytest tests
 
 bench: install-dev

@@ -24,6 +24,7 @@ from .api import metrics as metrics_route
 from .api.deps import AppContext
 from .api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestContextMiddleware
 from .api.openapi import install_openapi
+from .api.ui import install_ui
 from .config import Settings
 from .engines import Engine, create_engine
 from .errors import APIError, install_error_handlers
@@ -116,4 +117,5 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(ws_transcribe.router)
     app.include_router(realtime.router)
     app.include_router(metrics_route.router)
+    install_ui(app)
     return app
