@@ -147,9 +147,10 @@ def test_a_batch_of_mixed_lengths_with_word_timestamps(aligned_engine: QwenEngin
     for s, result in zip(seconds, results, strict=True):
         for segment in result.segments:
             assert segment.end == pytest.approx(s)  # the real duration, not the padded one
-            assert join_texts([w.word for w in segment.words]) == segment.text or not (
-                segment.words
-            )
+            # Random weights decode random bytes, whitespace of any kind included: the words
+            # keep the text, up to how whitespace between them is written.
+            joined = join_texts([w.word for w in segment.words])
+            assert not segment.words or "".join(joined.split()) == "".join(segment.text.split())
 
 
 def renamed_copy(source: Path, target: Path) -> str:
