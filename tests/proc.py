@@ -14,8 +14,8 @@ from server import free_port
 
 
 class ServerProcess:
-    def __init__(self, env: dict[str, str], cwd: Path | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, env: dict[str, str], cwd: Path | None = None, port: int | None = None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "PORT": str(self.port), "HOST": "127.0.0.1", **env}
         self.started = time.perf_counter()

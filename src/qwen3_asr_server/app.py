@@ -26,7 +26,7 @@ from .api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestConte
 from .api.openapi import install_openapi
 from .api.ui import install_ui
 from .config import Settings
-from .engines import Engine, create_engine
+from .engines import Engine, backend_status, create_engine
 from .errors import APIError, install_error_handlers
 from .lifecycle import ModelManager
 from .logging import setup_logging
@@ -51,7 +51,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = PriorityScheduler(
-            settings.max_queue, max_batch=settings.max_batch_size, on_start=metrics.observe_job
+            settings.max_queue,
+            max_batch=settings.max_batch_size,
+            on_start=metrics.observe_job,
+            workers=getattr(chosen, "slots", 1),  # remote backends: their total capacity
         )
         scheduler.start()
         manager = ModelManager(
@@ -86,6 +89,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 "loads": manager.loads,
                 "unloads": manager.unloads,
                 "worker_restarts": getattr(chosen, "restarts", 0),
+                "backends": backend_status(chosen),
             }
         )
         try:

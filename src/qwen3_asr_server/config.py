@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
@@ -27,8 +27,9 @@ class Settings(BaseSettings):
     model_id: str | None = None
     """HF repo id, local directory, or `whisper-tiny.en` (bundled offline model).
     Empty: `Qwen/Qwen3-ASR-0.6B` on CPU, `Qwen/Qwen3-ASR-1.7B` on CUDA."""
-    engine: Literal["auto", "qwen", "whisper"] = "auto"
-    """Force an engine; `auto` picks it from what the model is."""
+    engine: Literal["auto", "qwen", "whisper", "remote"] = "auto"
+    """Force an engine; `auto` picks it from what the model is. `remote` sends every job to
+    the OpenAI-compatible backends in REMOTE_BACKENDS (vLLM, or more of these servers)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the model runs. `auto` uses CUDA when torch sees a GPU."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
@@ -46,6 +47,24 @@ class Settings(BaseSettings):
     the model. Unset: word times are spread over each segment."""
     whisper_beam_size: int = Field(default=1, ge=1, le=10)
     """Beam width for the whisper engine; 1 (greedy) is fastest on CPU."""
+
+    remote_backends: str | None = None
+    """Remote engine: comma-separated base URLs of OpenAI-compatible transcription backends,
+    e.g. `http://gpu-a:8000/v1,http://gpu-b:8000/v1`."""
+    remote_model: str | None = None
+    """Remote engine: the `model` sent to the backends. Unset: each backend's first model
+    in its `/v1/models`."""
+    remote_api_key: str | None = None
+    """Remote engine: bearer key the backends expect (vLLM's `--api-key`)."""
+    remote_max_inflight: int = Field(default=4, ge=1, le=256)
+    """Remote engine: jobs sent to one backend at once. The front runs as many jobs at once
+    as all backends together take."""
+    remote_probe_interval: float = Field(default=5.0, gt=0, le=300)
+    """Remote engine: seconds between health probes of a backend that is up; a backend that
+    is down is probed again after 1, 2, 4 ... seconds up to this."""
+    remote_connect_timeout: float = Field(default=2.0, gt=0, le=60)
+    """Remote engine: seconds to connect to a backend (and to answer a probe) before it is
+    taken out of the rotation."""
 
     engine_process: Literal["inline", "worker"] = "inline"
     """`worker` runs the engine in a child process (spawned on first use, ended when idle):
@@ -128,6 +147,21 @@ class Settings(BaseSettings):
     """Minimum log level (DEBUG, INFO, WARNING, ...)."""
     log_json: bool = False
     """Write one JSON object per log line."""
+
+    @property
+    def remote_urls(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in (self.remote_backends or "").split(",") if u.strip()]
+
+    @model_validator(mode="after")
+    def _check_remote(self) -> Settings:
+        if self.engine == "remote" and not self.remote_urls:
+            raise ValueError(
+                "ENGINE=remote needs REMOTE_BACKENDS, e.g. http://gpu-a:8000/v1,http://gpu-b:8000/v1"
+            )
+        for url in self.remote_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"REMOTE_BACKENDS: {url!r} is not an http(s) URL")
+        return self
 
     @property
     def use_worker(self) -> bool:

@@ -70,3 +70,6 @@ def setup_logging(level: str = "INFO", json: bool = False) -> None:
         std = logging.getLogger(name)
         std.handlers = [InterceptHandler()]
         std.propagate = False
+    # httpx logs every request at INFO (the remote engine makes one per job): DEBUG is enough.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(std_level, logging.WARNING))

@@ -130,3 +130,33 @@ class StateCollector(Collector):
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=float(value))
+        yield from _backend_metrics(s.get("backends", []))
+
+
+def _backend_metrics(backends: list[dict[str, Any]]) -> Iterator[Metric]:
+    """ENGINE=remote: one series per backend URL."""
+    if not backends:
+        return
+    up = GaugeMetricFamily("asr_backend_up", "1 when the remote backend is up.", labels=["backend"])
+    inflight = GaugeMetricFamily(
+        "asr_backend_inflight", "Jobs in flight on the remote backend.", labels=["backend"]
+    )
+    requests = CounterMetricFamily(
+        "asr_backend_requests", "Jobs the remote backend answered.", labels=["backend"]
+    )
+    errors = CounterMetricFamily(
+        "asr_backend_errors", "Jobs the remote backend failed.", labels=["backend"]
+    )
+    seconds = CounterMetricFamily(
+        "asr_backend_request_seconds",
+        "Total seconds of answered jobs (divide by asr_backend_requests for the mean latency).",
+        labels=["backend"],
+    )
+    for b in backends:
+        label = [b["url"]]
+        up.add_metric(label, float(b["state"] == "up"))
+        inflight.add_metric(label, float(b["inflight"]))
+        requests.add_metric(label, float(b["requests"]))
+        errors.add_metric(label, float(b["errors"]))
+        seconds.add_metric(label, float(b["seconds"]))
+    yield from (up, inflight, requests, errors, seconds)

@@ -1,4 +1,4 @@
-"""One priority queue, one inference thread.
+"""One priority queue, one inference thread (or `workers` threads for remote backends).
 
 Jobs are ordered by (priority, arrival): streaming finals (REALTIME) before streaming
 partials (PARTIAL) before uploads (BATCH), FIFO within a priority. Partials never starve
@@ -75,8 +75,10 @@ class PriorityScheduler:
         name: str = "inference",
         batch_max_wait: float = 1.0,
         on_start: Callable[[int, float, int], None] | None = None,
+        workers: int = 1,
     ) -> None:
         self.max_queue = max_queue
+        self.workers = max(1, workers)  # threads pulling from the heap: engine calls at once
         self.max_batch = max_batch
         self.batch_max_wait = batch_max_wait
         self._on_start = on_start  # (priority, seconds waited, jobs in the call): metrics
@@ -87,18 +89,22 @@ class PriorityScheduler:
         self._seq = itertools.count()
         self._running = 0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self.completed = 0
         self.failed = 0
         self.batches = 0  # engine calls that ran more than one job
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None:
+        if self._threads:
             return
         self._stopping = False
-        self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Refuse new jobs, fail the pending ones, wait for the running one to finish."""
@@ -110,9 +116,10 @@ class PriorityScheduler:
             job.state = "cancelled"
             err = ServiceUnavailableError("The server is shutting down.", code="shutting_down")
             job.loop.call_soon_threadsafe(_deliver, job.future, None, err)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -124,6 +131,11 @@ class PriorityScheduler:
     @property
     def busy(self) -> bool:
         return self._running > 0
+
+    @property
+    def running(self) -> int:
+        """Jobs inside an engine call right now."""
+        return self._running
 
     def should_stop(self) -> bool:
         """On the worker thread, inside a job: every caller of the running job (or batch)
@@ -152,7 +164,7 @@ class PriorityScheduler:
         loop = asyncio.get_running_loop()
         job: _Job[T] = _Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
-            if self._stopping or self._thread is None:
+            if self._stopping or not self._threads:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
             if len(self._heap) >= self.max_queue:
                 raise QueueFullError()
@@ -195,7 +207,7 @@ class PriorityScheduler:
                 group = [job, *self._partners(job)]
                 for member in group:
                     member.state = "running"
-                self._running = len(group)
+                self._running += len(group)
             self._local.group = group
             if self._on_start is not None:
                 self._on_start(job.priority, time.monotonic() - job.queued_at, len(group))
@@ -207,7 +219,7 @@ class PriorityScheduler:
             finally:
                 self._local.group = []
             with self._cond:
-                self._running = 0
+                self._running -= len(group)
 
     def _pop(self) -> _Job[Any]:
         """The next job (lock held): the heap's first, except that a batch job waiting

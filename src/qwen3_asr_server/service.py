@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,7 @@ from .audio import SAMPLE_RATE, Audio
 from .config import Settings
 from .engines.base import (
     ALIGNER_MAX_SECONDS,
+    BackendUnavailableError,
     Engine,
     EngineCrashedError,
     ModelLoadError,
@@ -125,34 +128,48 @@ class TranscriptionService:
     async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
-        Each segment is its own scheduler job, submitted only after the previous one
-        finished: a real-time job runs between two segments of a long upload, and if the
-        consumer goes away the remaining segments are never submitted.
+        Each segment is its own scheduler job, and at most `scheduler.workers` of one upload
+        are in flight (1 for a local engine; remote backends share a long file): a real-time
+        job runs between two segments of a long upload, and if the consumer goes away the
+        remaining segments are never submitted and those in flight are cancelled.
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
             limit = None  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
-            while pos < total:
-                end = await self._next_cut(audio, pos, limit)
-                span = Span(pos, end)
-                request = TranscribeRequest(
-                    audio=audio.samples[span.start : span.end],  # a view, not a copy
-                    language=options.language,
-                    prompt=options.prompt or None,
-                    temperature=options.temperature,
-                    word_timestamps=options.word_timestamps,
-                )
-                key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
-                batch = (
-                    BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
-                )
-                submitted = time.perf_counter()
-                call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
-                result = await self._run(call, options.priority, batch, span.end_s - span.start_s)
-                yield self._shift(index, span, result, time.perf_counter() - submitted, options)
-                pos, index = end, index + 1
+            window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
+            try:
+                while pos < total or window:
+                    while pos < total and len(window) < self.scheduler.workers:
+                        end = await self._next_cut(audio, pos, limit)
+                        span = Span(pos, end)
+                        job = self._segment_job(engine, audio, span, options)
+                        window.append((span, asyncio.create_task(job), time.perf_counter()))
+                        pos = end
+                    span, task, submitted = window.popleft()
+                    result = await task
+                    yield self._shift(index, span, result, time.perf_counter() - submitted, options)
+                    index += 1
+            finally:
+                for _, task, _ in window:
+                    task.cancel()
+                await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
+
+    async def _segment_job(
+        self, engine: Engine, audio: Audio, span: Span, options: Options
+    ) -> TranscribeResult:
+        request = TranscribeRequest(
+            audio=audio.samples[span.start : span.end],  # a view, not a copy
+            language=options.language,
+            prompt=options.prompt or None,
+            temperature=options.temperature,
+            word_timestamps=options.word_timestamps,
+        )
+        key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
+        batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
+        call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
+        return await self._run(call, options.priority, batch, span.end_s - span.start_s)
 
     async def transcribe_realtime(
         self,
@@ -196,6 +213,10 @@ class TranscriptionService:
             raise ModelUnavailableError(str(exc)) from exc
         except EngineCrashedError as exc:
             raise ServiceUnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
+        except BackendUnavailableError as exc:
+            raise ServiceUnavailableError(
+                str(exc), code="backends_unavailable", retry_after=math.ceil(exc.retry_after)
+            ) from exc
         except ValueError as exc:  # the engine rejected an argument
             raise BadRequestError(str(exc)) from exc
         except Exception as exc:

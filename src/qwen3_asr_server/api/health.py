@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
+from ..engines import backend_status
 from .deps import AppContext, get_ctx
 
 router = APIRouter()
@@ -38,6 +39,14 @@ def _worker_info(engine: Any) -> dict[str, Any]:
     return {"worker": {"pid": engine.pid, "state": engine.state, "restarts": engine.restarts}}
 
 
+def _backend_info(engine: Any) -> dict[str, Any]:
+    """ENGINE=remote: each backend's state, jobs in flight, latency and errors."""
+    backends = backend_status(engine)
+    if not backends:
+        return {}
+    return {"backends": backends, "backends_up": sum(b["state"] == "up" for b in backends)}
+
+
 @router.get("/health")
 async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
     engine = ctx.manager.engine
@@ -51,6 +60,7 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "dtype": getattr(engine, "dtype", None),  # in use, once loaded (Qwen)
         "attention": getattr(engine, "attention", None),
         **_worker_info(engine),
+        **_backend_info(engine),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

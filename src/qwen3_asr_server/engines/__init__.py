@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..config import DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL, Settings
 from .base import Engine, ModelLoadError, TranscribeRequest, TranscribeResult
@@ -13,11 +14,18 @@ __all__ = [
     "ModelLoadError",
     "TranscribeRequest",
     "TranscribeResult",
+    "backend_status",
     "create_engine",
     "detect_engine",
 ]
 
 WHISPER_ALIASES = {"whisper-tiny.en"}
+
+
+def backend_status(engine: Engine) -> list[dict[str, Any]]:
+    """ENGINE=remote: one dict per backend (state, in flight, latency, errors); else []."""
+    status = getattr(engine, "status", None)
+    return list(status()) if hasattr(engine, "backends") and callable(status) else []
 
 
 def gpu_present() -> bool:
@@ -52,6 +60,18 @@ def detect_engine(model_id: str) -> str:
 def create_engine(settings: Settings, inline: bool = False) -> Engine:
     """The engine the settings describe; in worker mode (unless `inline`, which the worker
     itself passes) a proxy that runs it in a child process."""
+    if settings.engine == "remote":
+        from .remote import RemoteEngine
+
+        return RemoteEngine(
+            settings.remote_urls,
+            model=settings.remote_model,
+            api_key=settings.remote_api_key,
+            max_inflight=settings.remote_max_inflight,
+            request_timeout=settings.request_timeout,
+            connect_timeout=settings.remote_connect_timeout,
+            probe_interval=settings.remote_probe_interval,
+        )
     if settings.use_worker and not inline:
         from .worker import WorkerEngine
 

@@ -17,6 +17,14 @@ class EngineCrashedError(Exception):
     """The engine's worker process died during a call (segfault, OOM kill, kill -9)."""
 
 
+class BackendUnavailableError(Exception):
+    """No remote backend could take the job; `retry_after` is when one may be back (s)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class JobCancelledError(Exception):
     """The engine stopped early because every caller of the job had gone (`should_stop`)."""
 

@@ -1,0 +1,291 @@
+"""ENGINE=remote: a front that sends every job to other instances of this server (real
+processes on loopback, the bundled whisper model) and keeps priorities, spreads the work,
+survives a backend killed with SIGKILL and answers 503 naming the backends when all are down.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soxr
+
+import speech
+from proc import ServerProcess
+from server import free_port
+from streaming_client import Collector, load, open_ws, pcm16, stream
+
+pytestmark = pytest.mark.slow
+
+BACKEND_ENV = {
+    "MODEL_ID": "whisper-tiny.en",
+    "IDLE_TIMEOUT": "0",
+    "PRELOAD": "true",
+    "CPU_THREADS": "1",
+    "LOG_LEVEL": "WARNING",
+}
+
+
+def backend(port: int | None = None) -> ServerProcess:
+    proc = ServerProcess(BACKEND_ENV, port=port)
+    proc.wait_healthy(60)
+    return proc
+
+
+def front_env(urls: list[str], **extra: str) -> dict[str, str]:
+    return {
+        "ENGINE": "remote",
+        "REMOTE_BACKENDS": ",".join(urls),
+        "REMOTE_MAX_INFLIGHT": "1",
+        "REMOTE_PROBE_INTERVAL": "1",
+        "IDLE_TIMEOUT": "0",
+        "PRELOAD": "true",
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, Any]]:
+    backends = [backend() for _ in range(3)]
+    front = ServerProcess(front_env([b.url + "/v1" for b in backends]))
+    try:
+        front.wait_healthy(30)
+        wait_until(lambda: health(front)["backends_up"] == 3, 30)
+        yield {"front": front, "backends": backends}
+    finally:
+        front.stop()
+        for b in backends:
+            b.stop()
+
+
+def wait_until(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("condition not met")
+
+
+def health(server: ServerProcess) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(server.url + "/health", timeout=5).json()
+    return body
+
+
+def answered(front: ServerProcess) -> list[int]:
+    return [b["requests"] for b in health(front)["backends"]]
+
+
+def client(server: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def transcribe(server: ServerProcess, name: str, **kwargs: Any) -> Any:
+    with open(speech.path(name), "rb") as f:
+        return client(server).audio.transcriptions.create(model="whisper-1", file=f, **kwargs)
+
+
+def sse_text(server: ServerProcess, name: str) -> str:
+    done = [e for e in transcribe(server, name, stream=True) if e.type == "transcript.text.done"]
+    assert len(done) == 1
+    return str(done[0].text)
+
+
+def ws_final(server: ServerProcess, samples: np.ndarray) -> str:
+    with open_ws(server.url, use_server_vad="false") as ws:
+        got = Collector(ws)
+        assert got.wait_for(lambda c: c.messages, 10)
+        stream(ws, samples, speed=8)
+        ws.send('{"action": "flush"}')
+        assert got.wait_for(lambda c: c.finals(), 60)
+    return got.finals()[0]
+
+
+def realtime_final(server: ServerProcess, samples: np.ndarray) -> str:
+    with client(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "session.created"
+        conn.send(
+            {
+                "type": "transcription_session.update",
+                "session": {
+                    "turn_detection": None,
+                    "input_audio_transcription": {"language": "en"},
+                },
+            }
+        )
+        assert conn.recv().type == "transcription_session.updated"
+        audio24k = soxr.resample(samples, 16000, 24000).astype(np.float32)
+        for i in range(0, len(audio24k), 4800):
+            conn.input_audio_buffer.append(
+                audio=base64.b64encode(pcm16(audio24k[i : i + 4800])).decode()
+            )
+        conn.input_audio_buffer.commit()
+        for event in conn:
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                return str(event.transcript)
+            assert event.type != "error", event
+    raise AssertionError("no transcript")
+
+
+def test_every_route_gives_the_same_text_as_a_direct_call(cluster: dict[str, Any]) -> None:
+    front, direct = cluster["front"], cluster["backends"][0]
+    for name in ("sentence_01.wav", "three_sentences.wav"):
+        text = transcribe(front, name).text
+        assert text and text == transcribe(direct, name).text
+        assert transcribe(front, name, response_format="text") == text
+        assert sse_text(front, name) == sse_text(direct, name)
+    samples = load("sentence_02.wav")
+    assert ws_final(front, samples) == ws_final(direct, samples)
+    assert realtime_final(front, samples) == realtime_final(direct, samples)
+    verbose = transcribe(
+        front, "sentence_03.wav", response_format="verbose_json", timestamp_granularities=["word"]
+    )
+    assert verbose.words and verbose.words[-1].end <= verbose.duration + 0.01
+
+
+def test_a_long_upload_is_spread_over_the_backends(cluster: dict[str, Any]) -> None:
+    front = cluster["front"]
+    before = answered(front)
+    text = transcribe(front, "long_2min.wav").text
+    after = answered(front)
+    assert len(text.split()) > 200
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+
+def test_a_final_goes_before_queued_upload_segments(cluster: dict[str, Any]) -> None:
+    front = cluster["front"]
+    pool = ThreadPoolExecutor(3)
+    uploads = [pool.submit(transcribe, front, "long_2min.wav") for _ in range(3)]
+    wait_until(lambda: health(front)["queue_depth"] >= 4, 30)  # 3 running, the rest queued
+    before = sum(answered(front))
+    final = ws_final(front, load("sentence_01.wav"))
+    jobs_between = sum(answered(front)) - before
+    uploads_done = sum(u.done() for u in uploads)
+    for u in uploads:
+        assert len(u.result().text.split()) > 200
+    pool.shutdown()
+    assert "quick" in final.lower()
+    # FIFO would have run every queued segment first (≥ 4 + 3 running); the final only
+    # waited for a slot: the segments already running, then itself (+ a short one beside).
+    assert jobs_between <= 5, jobs_between
+    assert uploads_done == 0
+
+
+def test_a_backend_killed_during_a_burst(cluster: dict[str, Any]) -> None:
+    front, backends = cluster["front"], cluster["backends"]
+    names = sorted(speech.sentences())
+    finished: list[int] = []
+
+    def one(i: int) -> str:
+        with open(speech.path(names[i % len(names)]), "rb") as f:
+            r = httpx.post(front.url + "/v1/audio/transcriptions", files={"file": f}, timeout=120)
+        finished.append(r.status_code)
+        assert r.status_code == 200, r.text
+        return str(r.json()["text"])
+
+    victim = backends[2]
+    with ThreadPoolExecutor(6) as pool:
+        results = [pool.submit(one, i) for i in range(30)]
+        wait_until(lambda: len(finished) >= 5, 60)
+        victim.proc.kill()  # SIGKILL: connections reset, nothing answered
+        texts = [r.result() for r in results]
+    assert all(texts) and finished.count(200) == 30
+    state = health(front)["backends"][2]
+    assert state["state"] == "down" and state["last_error"], state
+    victim.proc.wait()
+
+    backends[2] = backend(victim.port)  # restarted on the same port
+    wait_until(lambda: health(front)["backends"][2]["state"] == "up", 30)
+    before = answered(front)[2]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(one, range(6)))
+    assert answered(front)[2] > before
+
+
+def test_all_backends_down_then_one_comes_back() -> None:
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    front = ServerProcess(front_env(urls))
+    revived = None
+    try:
+        front.wait_healthy(30)
+        with open(speech.path("sentence_01.wav"), "rb") as f:
+            data = f.read()
+        r = httpx.post(front.url + "/v1/audio/transcriptions", files={"file": ("a.wav", data)})
+        assert r.status_code == 503, r.text
+        error = r.json()["error"]
+        assert error["code"] == "backends_unavailable"
+        assert all(url in error["message"] for url in urls)
+        assert int(r.headers["Retry-After"]) >= 1
+        assert health(front)["backends_up"] == 0
+
+        revived = backend(ports[1])
+        statuses: list[int] = []
+
+        def served() -> bool:
+            files = {"file": ("a.wav", data)}
+            r = httpx.post(front.url + "/v1/audio/transcriptions", files=files, timeout=60)
+            statuses.append(r.status_code)
+            return r.status_code == 200 and "quick" in r.json()["text"].lower()
+
+        wait_until(served, 30)
+        assert set(statuses) <= {200, 503}
+        assert health(front)["backends"][1]["state"] == "up"
+    finally:
+        front.stop()
+        if revived is not None:
+            revived.stop()
+
+
+def test_metrics_show_each_backend(cluster: dict[str, Any]) -> None:
+    front = cluster["front"]
+    transcribe(front, "sentence_04.wav")
+    text = httpx.get(front.url + "/metrics").text
+    for b in cluster["backends"]:
+        label = f'backend="{b.url}/v1"'
+        assert f"asr_backend_up{{{label}}}" in text
+        assert f"asr_backend_requests_total{{{label}}}" in text
+    assert "asr_backend_inflight" in text and "asr_backend_errors_total" in text
+
+
+def test_a_bad_request_comes_back_as_400_without_marking_backends_down(
+    cluster: dict[str, Any],
+) -> None:
+    front = cluster["front"]
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(front, "sentence_01.wav", language="xx")
+    assert "language" in str(info.value).lower()
+    assert health(front)["backends_up"] == 3
+
+
+def test_settings_refuse_remote_without_backends() -> None:
+    from pydantic import ValidationError
+
+    from qwen3_asr_server.config import Settings
+
+    with pytest.raises(ValidationError, match="REMOTE_BACKENDS"):
+        Settings(_env_file=None, engine="remote")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="not an http"):
+        Settings(_env_file=None, engine="remote", remote_backends="gpu-a:8000")  # type: ignore[call-arg]
+
+
+def test_threads_start_and_stop_with_the_scheduler() -> None:
+    from qwen3_asr_server.scheduler import PriorityScheduler
+
+    scheduler = PriorityScheduler(4, workers=3)
+    scheduler.start()
+    names = {t.name for t in threading.enumerate() if t.name.startswith("inference-")}
+    scheduler.stop()
+    assert names == {"inference-0", "inference-1", "inference-2"}
