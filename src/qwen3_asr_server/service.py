@@ -52,6 +52,7 @@ class Transcription:
     segments: list[Segment] = field(default_factory=list)
     engine_seconds: float = 0.0  # inside the engine, all segments
     job_seconds: float = 0.0  # queue wait + engine, as the caller saw it
+    word_source: str | None = None  # where word times came from: native|aligner|estimate
 
 
 @dataclass
@@ -65,6 +66,7 @@ class SegmentResult:
     segments: list[Segment]
     engine_seconds: float
     job_seconds: float
+    word_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class TranscriptionService:
                         pos = end
                     span, task, submitted = window.popleft()
                     result = await task
-                    yield self._shift(index, span, result, time.perf_counter() - submitted, options)
+                    seconds = time.perf_counter() - submitted
+                    yield self._shift(index, span, result, seconds, options, engine.word_timestamps)
                     index += 1
             finally:
                 for _, task, _ in window:
@@ -250,7 +253,12 @@ class TranscriptionService:
 
     @staticmethod
     def _shift(
-        index: int, span: Span, result: TranscribeResult, job_seconds: float, options: Options
+        index: int,
+        span: Span,
+        result: TranscribeResult,
+        job_seconds: float,
+        options: Options,
+        word_source: str,
     ) -> SegmentResult:
         offset = span.start_s
         segments = []
@@ -261,7 +269,9 @@ class TranscriptionService:
             s.text = collapse_repetitions(s.text)
             if s.text:
                 segments.append(s)
+        source = None
         if options.word_timestamps:
+            source = word_source if all(s.words for s in segments) else "estimate"
             ensure_words(segments)
         return SegmentResult(
             index=index,
@@ -271,6 +281,7 @@ class TranscriptionService:
             segments=segments,
             engine_seconds=result.engine_seconds,
             job_seconds=job_seconds,
+            word_source=source,
         )
 
 
@@ -289,4 +300,11 @@ def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Tra
         segments=[s for p in parts for s in p.segments],
         engine_seconds=sum(p.engine_seconds for p in parts),
         job_seconds=sum(p.job_seconds for p in parts),
+        word_source=merged_word_source(parts),
     )
+
+
+def merged_word_source(parts: list[SegmentResult]) -> str | None:
+    """`estimate` if any segment's words were spread over it, else the engine's source."""
+    sources = {p.word_source for p in parts if p.word_source and p.text}
+    return "estimate" if "estimate" in sources else min(sources, default=None)

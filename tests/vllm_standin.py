@@ -1,0 +1,120 @@
+"""A stand-in for `vllm serve Qwen/Qwen3-ASR-1.7B`: the routes the remote engine uses, with
+vLLM's transcription request schema, answering at once. Run as its own process:
+
+    python tests/vllm_standin.py PORT [API_KEY]
+
+Every form the front sends is validated against `TranscriptionRequest` below: the fields
+and types of vLLM's own definition (vllm/entrypoints/openai/speech_to_text/protocol.py,
+class TranscriptionRequest, v0.15.2), except that unknown fields are refused here where vLLM
+would log and ignore them, so the front never sends anything vLLM would not use. The file
+must be a 16 kHz mono WAV. `GET /seen` lists what arrived (for tests and bench/scale.py).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any, Literal
+
+import soundfile as sf
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+MODEL = "Qwen/Qwen3-ASR-1.7B"
+AudioResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
+
+
+class TranscriptionRequest(BaseModel):
+    """vLLM's fields (the multipart form), with their types, defaults and ranges."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    model: str | None = None
+    language: str | None = None
+    prompt: str = ""
+    response_format: AudioResponseFormat = "json"
+    timestamp_granularities: list[Literal["word", "segment"]] = Field(
+        default_factory=list, alias="timestamp_granularities[]"
+    )
+    stream: bool | None = False
+    stream_include_usage: bool | None = False
+    stream_continuous_usage_stats: bool | None = False
+    vllm_xargs: dict[str, Any] | None = None
+    to_language: str | None = None
+    temperature: float = Field(default=0.0)
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = 0.0
+    max_completion_tokens: int | None = None
+
+
+def error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    """vLLM's ErrorResponse."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def create_app(api_key: str | None = None) -> FastAPI:
+    app = FastAPI()
+    seen: list[dict[str, Any]] = []
+
+    def authorized(request: Request) -> bool:
+        return not api_key or request.headers.get("authorization") == f"Bearer {api_key}"
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Any:
+        if not authorized(request):
+            return error(401, "Unauthorized", "Unauthorized")
+        return {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]}
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request) -> Any:
+        if not authorized(request):
+            return error(401, "Unauthorized", "Unauthorized")
+        form = await request.form()
+        fields = {k: v for k, v in form.multi_items() if k != "file"}
+        upload = form.get("file")
+        record: dict[str, Any] = {"fields": fields, "problems": []}
+        seen.append(record)
+        try:
+            parsed = TranscriptionRequest.model_validate(fields)
+        except ValidationError as exc:
+            record["problems"].append(str(exc))
+            return error(400, str(exc))
+        if parsed.model not in (None, MODEL):
+            record["problems"].append(f"model {parsed.model}")
+            return error(404, f"The model `{parsed.model}` does not exist.", "NotFoundError")
+        if upload is None or isinstance(upload, str):
+            record["problems"].append("no file")
+            return error(400, "file is required")
+        data = await upload.read()
+        info = sf.info(io.BytesIO(data))
+        record.update(sample_rate=info.samplerate, channels=info.channels, seconds=info.duration)
+        if info.samplerate != 16000 or info.channels != 1:
+            record["problems"].append(f"{info.samplerate} Hz x {info.channels}")
+        return {
+            "text": f"stand-in heard {info.duration:.2f} seconds",
+            "usage": {"type": "duration", "seconds": round(info.duration)},
+        }
+
+    @app.get("/seen")
+    async def seen_requests() -> list[dict[str, Any]]:
+        return seen
+
+    return app
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1])
+    key = sys.argv[2] if len(sys.argv) > 2 else None
+    uvicorn.run(create_app(key), host="127.0.0.1", port=port, log_level="warning")
