@@ -9,7 +9,9 @@ the overhead, not GPU scaling: with one GPU per backend each adds its own throug
 
 - direct: the clips sent straight to one backend, one at a time (reference latency);
 - overhead: (front, one backend, one at a time) minus direct, per request (p50): decoding
-  in the front, the 16-bit WAV sent on, the extra HTTP hop;
+  in the front, the 16-bit WAV sent on, the extra HTTP hop. Measured twice: against a
+  whisper backend (the difference drowns in whisper's own ±100 ms), and against
+  tests/vllm_standin.py, which answers at once, so front minus direct is the front's cost;
 - throughput: `--requests` clips from 3 x backends concurrent clients, audio seconds per
   wall second and p95 latency; and one 2-minute upload's total time.
 """
@@ -18,16 +20,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import parse_server_timing, pct
+from common import ROOT, parse_server_timing, pct
 
 import httpx
 import soundfile as sf
 
 import speech
 from proc import ServerProcess
+from server import free_port
 
 BACKEND_ENV = {
     "MODEL_ID": "whisper-tiny.en",
@@ -100,6 +105,56 @@ def overhead(backend: ServerProcess, data: list[tuple[bytes, float]]) -> None:
         server.stop()
 
 
+def standin_overhead(data: list[tuple[bytes, float]]) -> None:
+    port = free_port()
+    script = ROOT / "tests" / "vllm_standin.py"
+    proc = subprocess.Popen([sys.executable, str(script), str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if CLIENT.get(url + "/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+        server = ServerProcess(
+            {"ENGINE": "remote", "REMOTE_BACKENDS": url + "/v1", "LOG_LEVEL": "WARNING"}
+        )
+        try:
+            server.wait_healthy()
+            for target in (url, server.url, url, server.url):  # warm both
+                CLIENT.post(
+                    target + "/v1/audio/transcriptions", files={"file": ("a.wav", data[0][0])}
+                )
+            direct, via = [], []
+            for _ in range(5):
+                for clip, _seconds in data:
+                    direct.append(post_plain(url, clip))
+                    via.append(post_plain(server.url, clip))
+            diffs = [v - d for v, d in zip(via, direct, strict=True)]
+            print(
+                f"overhead against an instant backend (vLLM stand-in), {len(direct)} clips of "
+                f"3-5 s: direct p50 {statistics.median(direct) * 1000:.1f} ms, via front p50 "
+                f"{statistics.median(via) * 1000:.1f} ms, front's cost per job p50 "
+                f"{statistics.median(diffs) * 1000:.1f} ms, p95 {pct(diffs, 95) * 1000:.1f} ms"
+            )
+        finally:
+            server.stop()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def post_plain(url: str, data: bytes) -> float:
+    started = time.perf_counter()
+    r = CLIENT.post(url + "/v1/audio/transcriptions", files={"file": ("a.wav", data)})
+    r.raise_for_status()
+    return time.perf_counter() - started
+
+
 def throughput(backends: list[ServerProcess], data: list[tuple[bytes, float]], n: int) -> None:
     server = front(backends, 1)
     try:
@@ -126,6 +181,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=36)
     args = parser.parse_args()
     data = clips()
+    standin_overhead(data)
     backends = [ServerProcess(BACKEND_ENV) for _ in range(3)]
     try:
         for b in backends:

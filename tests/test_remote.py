@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -299,12 +300,12 @@ def test_threads_start_and_stop_with_the_scheduler() -> None:
     assert names == {"inference-0", "inference-1", "inference-2"}
 
 
-@pytest.fixture()
-def standin() -> Iterator[str]:
-    """tests/vllm_standin.py as its own process, with an API key."""
+@contextmanager
+def run_standin(*args: str) -> Iterator[str]:
+    """tests/vllm_standin.py as its own process."""
     port = free_port()
     script = Path(__file__).resolve().parent / "vllm_standin.py"
-    proc = subprocess.Popen([sys.executable, str(script), str(port), "sekret"])
+    proc = subprocess.Popen([sys.executable, str(script), str(port), *args])
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(url + "/health", timeout=1).status_code == 200, 30)
@@ -312,6 +313,12 @@ def standin() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture()
+def standin() -> Iterator[str]:
+    with run_standin("--api-key", "sekret") as url:
+        yield url
 
 
 def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:
@@ -361,3 +368,45 @@ def test_a_wrong_backend_key_is_named(standin: str) -> None:
         assert info.value.status_code == 503 and "REMOTE_API_KEY" in str(info.value)
     finally:
         front.stop()
+
+
+def test_a_job_whose_caller_left_is_cancelled_on_the_backend() -> None:
+    """The backend takes 8 s per job. A 504 at REQUEST_TIMEOUT=1 and an SSE client that
+    leaves both close the backend connection at once (vLLM aborts such a request)."""
+    with run_standin("--delay", "8") as url:
+        front = ServerProcess(front_env([url + "/v1"], REQUEST_TIMEOUT="1"))
+        try:
+            front.wait_healthy(30)
+            wait_until(lambda: health(front)["backends_up"] == 1, 30)
+            with pytest.raises(openai.APIStatusError) as info:
+                transcribe(front, "sentence_01.wav")
+            assert info.value.status_code == 504
+            left_at = time.time()
+            wait_until(lambda: health(front)["backends"][0]["inflight"] == 0, 3)
+            seen = httpx.get(url + "/seen").json()
+            assert seen[-1]["disconnected"] - left_at < 2.0
+
+            front_sse = ServerProcess(front_env([url + "/v1"]))
+            try:
+                front_sse.wait_healthy(30)
+                wait_until(lambda: health(front_sse)["backends_up"] == 1, 30)
+                with open(speech.path("sentence_02.wav"), "rb") as f:
+                    files = {"file": ("a.wav", f.read())}
+                with httpx.stream(
+                    "POST",
+                    front_sse.url + "/v1/audio/transcriptions",
+                    files=files,
+                    data={"stream": "true"},
+                    timeout=30,
+                ) as r:
+                    assert r.status_code == 200
+                    wait_until(lambda: health(front_sse)["backends"][0]["inflight"] == 1, 5)
+                left_at = time.time()  # the client closed the stream
+                wait_until(lambda: health(front_sse)["backends"][0]["inflight"] == 0, 3)
+                seen = httpx.get(url + "/seen").json()
+                assert seen[-1]["disconnected"] - left_at < 2.0
+                assert health(front_sse)["backends"][0]["errors"] == 0  # cancelled, not failed
+            finally:
+                front_sse.stop()
+        finally:
+            front.stop()

@@ -1,19 +1,23 @@
 """A stand-in for `vllm serve Qwen/Qwen3-ASR-1.7B`: the routes the remote engine uses, with
 vLLM's transcription request schema, answering at once. Run as its own process:
 
-    python tests/vllm_standin.py PORT [API_KEY]
+    python tests/vllm_standin.py PORT [--api-key KEY] [--delay SECONDS]
 
 Every form the front sends is validated against `TranscriptionRequest` below: the fields
 and types of vLLM's own definition (vllm/entrypoints/openai/speech_to_text/protocol.py,
 class TranscriptionRequest, v0.15.2), except that unknown fields are refused here where vLLM
 would log and ignore them, so the front never sends anything vLLM would not use. The file
 must be a 16 kHz mono WAV. `GET /seen` lists what arrived (for tests and bench/scale.py).
+With `--delay` each answer takes that long, and a client that disconnects meanwhile is
+recorded (`disconnected`), as vLLM aborts such a request.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import io
-import sys
+import time
 from typing import Any, Literal
 
 import soundfile as sf
@@ -60,7 +64,7 @@ def error(status: int, message: str, kind: str = "BadRequestError") -> JSONRespo
     return JSONResponse(body, status_code=status)
 
 
-def create_app(api_key: str | None = None) -> FastAPI:
+def create_app(api_key: str | None = None, delay: float = 0.0) -> FastAPI:
     app = FastAPI()
     seen: list[dict[str, Any]] = []
 
@@ -102,6 +106,12 @@ def create_app(api_key: str | None = None) -> FastAPI:
         record.update(sample_rate=info.samplerate, channels=info.channels, seconds=info.duration)
         if info.samplerate != 16000 or info.channels != 1:
             record["problems"].append(f"{info.samplerate} Hz x {info.channels}")
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                record["disconnected"] = time.time()
+                return Response(status_code=499)
+            await asyncio.sleep(0.02)
         return {
             "text": f"stand-in heard {info.duration:.2f} seconds",
             "usage": {"type": "duration", "seconds": round(info.duration)},
@@ -115,6 +125,10 @@ def create_app(api_key: str | None = None) -> FastAPI:
 
 
 if __name__ == "__main__":
-    port = int(sys.argv[1])
-    key = sys.argv[2] if len(sys.argv) > 2 else None
-    uvicorn.run(create_app(key), host="127.0.0.1", port=port, log_level="warning")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--api-key")
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    app = create_app(args.api_key, args.delay)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

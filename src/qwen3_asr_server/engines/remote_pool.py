@@ -1,0 +1,124 @@
+"""The remote engine's backends: their state, the choice of one per job, and the backoff of
+the ones that are down. Thread-safe (the scheduler's threads and the HTTP loop share it)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+
+from .base import BackendUnavailableError
+
+
+@dataclass
+class Backend:
+    url: str  # base URL ending in /v1
+    max_inflight: int
+    state: str = "unknown"  # unknown | up | down
+    model: str | None = None
+    inflight: int = 0
+    requests: int = 0  # jobs answered
+    errors: int = 0  # jobs this backend failed
+    seconds: float = 0.0  # total time of answered jobs
+    last_error: str | None = None
+    failures: int = 0  # consecutive failed probes or jobs
+    next_probe: float = 0.0  # monotonic
+    picked: int = 0  # when it was last chosen (round robin among equals)
+
+    def status(self, now: float) -> dict[str, Any]:
+        latency = round(1000 * self.seconds / self.requests, 1) if self.requests else None
+        down = self.state == "down"
+        return {
+            "url": self.url,
+            "state": self.state,
+            "model": self.model,
+            "inflight": self.inflight,
+            "max_inflight": self.max_inflight,
+            "requests": self.requests,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "latency_ms_avg": latency,
+            "last_error": self.last_error,
+            "probe_in_s": round(max(0.0, self.next_probe - now), 1) if down else None,
+        }
+
+
+class BackendPool:
+    def __init__(self, urls: list[str], max_inflight: int, probe_interval: float) -> None:
+        self.backends = [Backend(url, max_inflight) for url in urls]
+        self.probe_interval = probe_interval
+        self._lock = threading.Lock()
+        self._picks = itertools.count(1)
+
+    @property
+    def slots(self) -> int:
+        return sum(b.max_inflight for b in self.backends)
+
+    def status(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        with self._lock:
+            return [b.status(now) for b in self.backends]
+
+    def due(self, now: float) -> list[Backend]:
+        """Backends whose next probe is due."""
+        with self._lock:
+            return [b for b in self.backends if b.next_probe <= now]
+
+    def acquire(self, exclude: list[Backend]) -> Backend | None:
+        """The backend with the fewest jobs in flight, not down and not tried yet."""
+        with self._lock:
+            ready = [b for b in self.backends if b.state != "down" and b not in exclude]
+            if not ready:
+                return None
+            chosen = min(ready, key=lambda b: (b.inflight / b.max_inflight, b.picked))
+            chosen.inflight += 1
+            chosen.picked = next(self._picks)
+            return chosen
+
+    def release(self, backend: Backend, outcome: str, seconds: float = 0.0) -> None:
+        """A job left the backend: `answered` (in `seconds`), `failed` or `cancelled`."""
+        with self._lock:
+            backend.inflight -= 1
+            if outcome == "failed":
+                backend.errors += 1
+            elif outcome == "answered":
+                backend.requests += 1
+                backend.seconds += seconds
+
+    def mark_up(self, backend: Backend, model: str | None) -> None:
+        with self._lock:
+            if backend.state != "up":
+                logger.info("remote backend {} is up", backend.url)
+            backend.state, backend.failures, backend.last_error = "up", 0, None
+            backend.next_probe = time.monotonic() + self.probe_interval
+            if model:
+                backend.model = model
+
+    def mark_down(self, backend: Backend, reason: str) -> None:
+        """Out of the rotation; probed again after 1, 2, 4 ... s, up to the probe interval."""
+        with self._lock:
+            if backend.state != "down":
+                logger.warning("remote backend {} is down: {}", backend.url, reason)
+            backend.state, backend.last_error = "down", reason
+            backend.failures += 1
+            delay = min(2.0 ** (backend.failures - 1), self.probe_interval)
+            backend.next_probe = time.monotonic() + delay
+
+    def unavailable(self, failure: str) -> BackendUnavailableError:
+        """The 503 for a job no backend could take: every backend, its state and last error."""
+        now = time.monotonic()
+        with self._lock:
+            states = ", ".join(
+                f"{b.url} ({b.state}{': ' + b.last_error if b.last_error else ''})"
+                for b in self.backends
+            )
+            waits = [b.next_probe - now for b in self.backends if b.state == "down"]
+        retry = max(1.0, min(waits, default=1.0))
+        detail = f" Last failure: {failure}." if failure else ""
+        return BackendUnavailableError(
+            f"No remote backend could take the job. Backends: {states}.{detail}", retry
+        )
