@@ -140,6 +140,7 @@ class TranscriptionService:
             limit = None  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
+            word_source = engine.word_timestamps if options.word_timestamps else ""
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
@@ -152,7 +153,7 @@ class TranscriptionService:
                     span, task, submitted = window.popleft()
                     result = await task
                     seconds = time.perf_counter() - submitted
-                    yield self._shift(index, span, result, seconds, options, engine.word_timestamps)
+                    yield self._shift(index, span, result, seconds, options, word_source)
                     index += 1
             finally:
                 for _, task, _ in window:
