@@ -32,6 +32,7 @@ from .errors import (
     BadRequestError,
     InferenceError,
     ModelUnavailableError,
+    QueueFullError,
     ServiceUnavailableError,
 )
 from .lifecycle import ModelManager
@@ -130,10 +131,12 @@ class TranscriptionService:
     async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
-        Each segment is its own scheduler job, and at most `scheduler.workers` of one upload
-        are in flight (1 for a local engine; remote backends share a long file): a real-time
-        job runs between two segments of a long upload, and if the consumer goes away the
-        remaining segments are never submitted and those in flight are cancelled.
+        Each segment is its own scheduler job. A few of one upload are in flight at once
+        (`_window`): remote backends share a long file, and a local engine batches the
+        segments queued while the first one runs; the next cut is found meanwhile. A
+        real-time job still runs between two engine calls of a long upload, and if the
+        consumer goes away the remaining segments are never submitted and those in flight
+        are cancelled.
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
@@ -141,17 +144,30 @@ class TranscriptionService:
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
             word_source = engine.word_timestamps if options.word_timestamps else ""
+            size = self._window(engine, options)
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
-                    while pos < total and len(window) < self.scheduler.workers:
+                    while pos < total and len(window) < size:
                         end = await self._next_cut(audio, pos, limit)
                         span = Span(pos, end)
                         job = self._segment_job(engine, audio, span, options)
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
                         pos = end
                     span, task, submitted = window.popleft()
-                    result = await task
+                    try:
+                        result = await task
+                    except QueueFullError:
+                        if size == 1:
+                            raise
+                        # A look-ahead segment found the queue full: its turn has come, so
+                        # it goes again on its own (an upload never fills the queue itself).
+                        for _, later, _ in window:
+                            later.cancel()
+                        await asyncio.gather(*(t for _, t, _ in window), return_exceptions=True)
+                        window.clear()
+                        pos, size = span.end, 1
+                        result = await self._segment_job(engine, audio, span, options)
                     seconds = time.perf_counter() - submitted
                     yield self._shift(index, span, result, seconds, options, word_source)
                     index += 1
@@ -159,6 +175,21 @@ class TranscriptionService:
                 for _, task, _ in window:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
+
+    def _window(self, engine: Engine, options: Options) -> int:
+        """Segments of one upload in flight: one per scheduler thread (remote backends), or
+        up to MAX_BATCH_SIZE when the engine can batch them, else 1."""
+        if self.scheduler.workers > 1:
+            return self.scheduler.workers
+        probe = TranscribeRequest(
+            np.zeros(0, np.float32),
+            options.language,
+            options.prompt or None,
+            options.temperature,
+            options.word_timestamps,
+        )
+        batches = self.settings.max_batch_size > 1 and engine.batch_key(probe) is not None
+        return self.settings.max_batch_size if batches else 1
 
     async def _segment_job(
         self, engine: Engine, audio: Audio, span: Span, options: Options
