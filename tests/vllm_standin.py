@@ -3,11 +3,15 @@ vLLM's transcription request schema, answering at once. Run as its own process:
 
     python tests/vllm_standin.py PORT [--api-key KEY] [--delay SECONDS]
 
-Every form the front sends is validated against `TranscriptionRequest` below: the fields
-and types of vLLM's own definition (vllm/entrypoints/openai/speech_to_text/protocol.py,
-class TranscriptionRequest, v0.15.2), except that unknown fields are refused here where vLLM
-would log and ignore them, so the front never sends anything vLLM would not use. The file
-must be a 16 kHz mono WAV. `GET /seen` lists what arrived (for tests and bench/scale.py).
+Every form the front sends is validated against `TranscriptionRequest` below: the fields,
+types and defaults of vLLM's own `TranscriptionRequest(OpenAIBaseModel)` (read from
+vllm/entrypoints/openai/protocol.py of the releases that serve Qwen3-ASR, 0.15.x: file,
+model, language, prompt, response_format, timestamp_granularities[], stream and its two
+usage flags, vllm_xargs, to_language, then the sampling fields temperature, top_p, top_k,
+min_p, seed, frequency_penalty, repetition_penalty, presence_penalty,
+max_completion_tokens). One difference: vLLM's OpenAIBaseModel accepts unknown fields and
+only logs that it ignores them; here they are refused, so a field the front sends that
+vLLM would silently drop fails the test. The file must be a 16 kHz mono WAV. `GET /seen` lists what arrived (for tests and bench/scale.py).
 With `--delay` each answer takes that long, and a client that disconnects meanwhile is
 recorded (`disconnected`), as vLLM aborts such a request.
 """
@@ -45,7 +49,7 @@ class TranscriptionRequest(BaseModel):
     stream: bool | None = False
     stream_include_usage: bool | None = False
     stream_continuous_usage_stats: bool | None = False
-    vllm_xargs: dict[str, Any] | None = None
+    vllm_xargs: dict[str, str | int | float] | None = None
     to_language: str | None = None
     temperature: float = Field(default=0.0)
     top_p: float | None = None
