@@ -145,3 +145,33 @@ def test_look_ahead_segments_never_fail_an_upload_on_a_small_queue() -> None:
     events, _ = long_upload(max_batch=4, max_queue=2)
     done = [e.text for e in events if e.type == "transcript.text.done"]
     assert len(done) == 1 and len(done[0].split()) > 200
+
+
+def test_no_look_ahead_while_streams_are_live() -> None:
+    """A streaming job came in the last seconds: the upload's segments go one at a time,
+    so a final never waits behind a queue of them."""
+    import asyncio
+
+    from qwen3_asr_server.scheduler import REALTIME
+
+    base = {"_env_file": None, "model_id": "whisper-tiny.en", "idle_timeout": 0}
+    settings = Settings(**base, max_batch_size=4)  # type: ignore[arg-type]
+    engine = Calls(create_engine(settings))
+    depths: list[int] = []
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        scheduler = srv.ctx.scheduler
+        inner = engine.transcribe
+
+        def transcribe(request: Any, should_stop: Any = None) -> Any:
+            depths.append(scheduler.depth)
+            return inner(request, should_stop)
+
+        engine.transcribe = transcribe  # type: ignore[method-assign]
+        job = scheduler.submit(lambda: None, priority=REALTIME)
+        asyncio.run_coroutine_threadsafe(job, srv.server_loop).result(10)
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        with open(speech.path("long_2min.wav"), "rb") as f:
+            text = client.audio.transcriptions.create(model="whisper-1", file=f).text
+    assert len(text.split()) > 200
+    assert set(engine.calls) == {1} and len(engine.calls) >= 4
+    assert max(depths) == 0  # nothing of the upload waited behind the running segment

@@ -201,7 +201,7 @@ async def test_waiting_jobs_with_the_same_key_run_as_one_batch() -> None:
 
 
 async def test_realtime_jobs_are_not_batched_with_batch_jobs() -> None:
-    sched = PriorityScheduler(max_queue=16, max_batch=4)
+    sched = PriorityScheduler(max_queue=16, max_batch=4, realtime_quiet=0)
     sched.start()
     try:
         holder, release = await occupy(sched)
@@ -376,5 +376,39 @@ async def test_a_batch_whose_callers_all_left_is_not_rerun_one_by_one() -> None:
         release.set()
         assert await sched.submit(lambda: "next") == "next"
         assert calls == ["batch of 4"]  # no full decode per job after the stop
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_uploads_are_not_batched_while_streams_are_live() -> None:
+    """A batch would hold the engine several times as long as one job, and a streaming
+    final cannot interrupt it: within `realtime_quiet` of a real-time job, batch jobs run
+    one by one; after it they batch again."""
+    sched = PriorityScheduler(max_queue=16, max_batch=4, realtime_quiet=0.5)
+    sched.start()
+    try:
+        await sched.submit(lambda: None, priority=REALTIME)
+        holder, release = await occupy(sched)
+        calls: list[list[int]] = []
+        tasks = [
+            asyncio.create_task(sched.submit(lambda i=i: i * 10, batch=spec("k", i, calls)))
+            for i in range(3)
+        ]
+        await asyncio.sleep(0.05)
+        release.set()
+        assert await asyncio.gather(*tasks) == [0, 10, 20]
+        await holder
+        assert calls == [] and sched.batches == 0  # each ran through its own fn
+        await asyncio.sleep(0.5)
+        holder, release = await occupy(sched)
+        tasks = [
+            asyncio.create_task(sched.submit(lambda: -1, batch=spec("k", i, calls)))
+            for i in range(3)
+        ]
+        await asyncio.sleep(0.05)
+        release.set()
+        assert await asyncio.gather(*tasks) == [0, 10, 20]
+        await holder
+        assert calls == [[0, 1, 2]]
     finally:
         await asyncio.to_thread(sched.stop)

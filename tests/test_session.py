@@ -228,3 +228,44 @@ async def test_clear_cancels_the_early_final_of_the_cleared_audio() -> None:
     assert early_length in transcriber.cancelled
     await session.close("test")
     assert [e for e in events if e["type"] == "final"] == []
+
+
+class Words(Transcriber):
+    """Answers a fixed sentence, so partial texts can be checked."""
+
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> str:
+        await super().__call__(audio, language, partial)
+        return "one two three four"
+
+
+async def test_the_first_partial_comes_after_0_3_s_of_speech() -> None:
+    """Whatever the partial interval: with 2 s, the first partial still reads well under a
+    second of audio (pre-roll + ~0.3 s of speech), the second one ~2 s later."""
+    transcriber = Transcriber()
+    audio = np.concatenate([load("three_sentences.wav")])
+    events = await run(audio, transcriber, partial_interval_s=2.0)
+    assert any(e["type"] == "partial" for e in events)
+    first, second = transcriber.calls[:2]
+    assert first < 1.0, first
+    assert second - first > 1.5, (first, second)
+
+
+async def test_partials_hold_back_their_last_word() -> None:
+    transcriber = Words()
+    events = await run(load("sentence_02.wav"), transcriber)
+    partials = [e for e in events if e["type"] == "partial"]
+    assert partials[0]["text"] == "one two three"
+    # until all four words are stable, the last one is held back
+    assert all(p["text"] in ("one two three", p["stable_text"]) for p in partials)
+    assert all(p["text"].startswith(p["stable_text"]) for p in partials)
+    final = next(e for e in events if e["type"] == "final")
+    assert final["text"] == "one two three four"  # the final has every word
+
+
+def test_held_back_keeps_one_word_and_the_stable_text() -> None:
+    from qwen3_asr_server.streaming.session import held_back
+
+    assert held_back("Hello", "") == "Hello"
+    assert held_back("Hello there you", "") == "Hello there"
+    assert held_back("Hello there", "Hello there") == "Hello there"
+    assert held_back("", "") == ""

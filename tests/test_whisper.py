@@ -165,3 +165,26 @@ def test_missing_whisper_model_is_a_clear_503(tmp_path: Path) -> None:
             transcribe_file(srv, "sentence_01.wav")
         assert info.value.status_code == 503
         assert "MODEL_ID" in info.value.message
+
+
+def test_drafts_for_partials_are_close_and_bounded() -> None:
+    """Streaming partials are drafts (a window just longer than the audio): close to the
+    reference, and a token budget keeps a fragment from looping to 448 tokens."""
+    import numpy as np
+
+    engine = WhisperEngine("whisper-tiny.en")
+    engine.load()
+    names = sorted(speech.sentences())
+    audios = [sf.read(speech.path(n), dtype="float32")[0] for n in names]
+    drafts = [
+        engine.transcribe(TranscribeRequest(a, None, text_only=True, draft=True)).text
+        for a in audios
+    ]
+    assert wer([speech.transcripts()[n] for n in names], drafts) < 0.3
+    for audio in audios:
+        start = int(np.flatnonzero(np.abs(audio) > 0.02)[0])
+        for seconds in (0.3, 0.6, 1.0):
+            piece = audio[: start + int(seconds * 16000)]
+            text = engine.transcribe(TranscribeRequest(piece, None, draft=True)).text
+            assert len(text.split()) <= 4 + 4 * len(piece) / 16000, text
+    engine.unload()

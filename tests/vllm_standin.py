@@ -11,7 +11,8 @@ usage flags, vllm_xargs, to_language, then the sampling fields temperature, top_
 min_p, seed, frequency_penalty, repetition_penalty, presence_penalty,
 max_completion_tokens). One difference: vLLM's OpenAIBaseModel accepts unknown fields and
 only logs that it ignores them; here they are refused, so a field the front sends that
-vLLM would silently drop fails the test. The file must be a 16 kHz mono WAV. `GET /seen` lists what arrived (for tests and bench/scale.py).
+vLLM would silently drop fails the test. The file must be a 16 kHz mono WAV.
+`GET /seen` lists what arrived (for tests and bench/scale.py).
 With `--delay` each answer takes that long, and a client that disconnects meanwhile is
 recorded (`disconnected`), as vLLM aborts such a request.
 """

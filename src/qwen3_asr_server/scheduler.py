@@ -76,9 +76,14 @@ class PriorityScheduler:
         batch_max_wait: float = 1.0,
         on_start: Callable[[int, float, int], None] | None = None,
         workers: int = 1,
+        realtime_quiet: float = 5.0,
     ) -> None:
         self.max_queue = max_queue
         self.workers = max(1, workers)  # threads pulling from the heap: engine calls at once
+        # Uploads are batched only when no real-time job came for this long: a batch runs
+        # several times as long as one job, and a streaming final cannot interrupt it.
+        self.realtime_quiet = realtime_quiet
+        self._last_realtime = -realtime_quiet
         self.max_batch = max_batch
         self.batch_max_wait = batch_max_wait
         self._on_start = on_start  # (priority, seconds waited, jobs in the call): metrics
@@ -137,6 +142,10 @@ class PriorityScheduler:
         """Jobs inside an engine call right now."""
         return self._running
 
+    def realtime_recent(self) -> bool:
+        """A streaming job was submitted within `realtime_quiet` seconds."""
+        return time.monotonic() - self._last_realtime < self.realtime_quiet
+
     def should_stop(self) -> bool:
         """On the worker thread, inside a job: every caller of the running job (or batch)
         has gone or timed out, so its result would be dropped. Engines poll this to end a
@@ -168,6 +177,8 @@ class PriorityScheduler:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
             if len(self._heap) >= self.max_queue:
                 raise QueueFullError()
+            if priority < BATCH:
+                self._last_realtime = time.monotonic()
             heapq.heappush(self._heap, job)
             self._cond.notify()
         try:
@@ -238,6 +249,8 @@ class PriorityScheduler:
         """Waiting jobs that may share an engine call with `first` (lock held)."""
         if first.batch is None or self.max_batch < 2:
             return []
+        if first.priority == BATCH and self.realtime_recent():
+            return []  # streams are live: keep each upload job short
         same = [
             j
             for j in sorted(self._heap)

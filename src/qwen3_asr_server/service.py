@@ -148,7 +148,7 @@ class TranscriptionService:
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
-                    while pos < total and len(window) < size:
+                    while pos < total and len(window) < self._room(size):
                         end = await self._next_cut(audio, pos, limit)
                         span = Span(pos, end)
                         job = self._segment_job(engine, audio, span, options)
@@ -175,6 +175,13 @@ class TranscriptionService:
                 for _, task, _ in window:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
+
+    def _room(self, size: int) -> int:
+        """While streams are live a local engine takes one upload segment at a time, so a
+        final waits for at most one segment, as it would without look-ahead."""
+        if self.scheduler.workers == 1 and self.scheduler.realtime_recent():
+            return 1
+        return size
 
     def _window(self, engine: Engine, options: Options) -> int:
         """Segments of one upload in flight: one per scheduler thread (remote backends), or
@@ -223,7 +230,9 @@ class TranscriptionService:
         def run(engine: Engine) -> TranscribeResult:
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
-            return engine.transcribe(TranscribeRequest(samples, language), should_stop)
+            # Partials are drafts: ~4x faster on whisper, so a final rarely waits for one.
+            request = TranscribeRequest(samples, language, text_only=True, draft=partial)
+            return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:
             priority = PARTIAL if partial else REALTIME

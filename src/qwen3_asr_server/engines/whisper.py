@@ -24,6 +24,7 @@ from .base import (
     Word,
     never_stop,
 )
+from .whisper_draft import MAX_DRAFT_S, draft_text
 
 BUNDLED = "whisper-tiny.en"
 SAMPLE_RATE = 16000
@@ -114,16 +115,29 @@ class WhisperEngine:
         if should_stop():  # nobody waits any more: do not start
             raise JobCancelledError("every caller of this job has gone")
         started = time.perf_counter()
+        language = request.language or ("en" if self.english_only else None)
+        if self._drafts(request, language):
+            assert language is not None
+            text = draft_text(self._model, request.audio, language)
+            duration = len(request.audio) / SAMPLE_RATE
+            return TranscribeResult(
+                text=text,
+                language=language,
+                segments=[Segment(0.0, duration, text)] if text else [],
+                engine_seconds=time.perf_counter() - started,
+            )
         # Greedy by default: deterministic output, and no temperature-fallback re-decodes
         # (up to six per window) that multiply CPU latency. An explicit temperature samples.
         temperature = request.temperature or 0.0
         pieces, info = self._model.transcribe(
             request.audio,
-            language=request.language or ("en" if self.english_only else None),
+            language=language,
             initial_prompt=request.prompt or None,
             temperature=temperature,
             beam_size=self._beam_size,
             word_timestamps=request.word_timestamps,
+            # Streaming needs the text only: no timestamp tokens to generate.
+            without_timestamps=request.text_only and not request.word_timestamps,
             vad_filter=False,
             condition_on_previous_text=False,
         )
@@ -133,6 +147,18 @@ class WhisperEngine:
             language=info.language,
             segments=segments,
             engine_seconds=time.perf_counter() - started,
+        )
+
+    def _drafts(self, request: TranscribeRequest, language: str | None) -> bool:
+        """A streaming partial with a known language and plain greedy options: short window."""
+        return (
+            request.draft
+            and language is not None
+            and not request.prompt
+            and not request.temperature
+            and not request.word_timestamps
+            and self._beam_size == 1
+            and len(request.audio) <= MAX_DRAFT_S * SAMPLE_RATE
         )
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:

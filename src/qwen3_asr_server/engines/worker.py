@@ -158,10 +158,7 @@ class WorkerEngine:
                     self._process.join(1)
                     self._died(self._process)
                 self._start()  # the previous child died: a fresh one for this call
-            metas = [
-                (r.language, r.prompt, r.temperature, r.word_timestamps, len(r.audio))
-                for r in requests
-            ]
+            metas = [{k: v for k, v in vars(r).items() if k != "audio"} for r in requests]
             audios = [np.ascontiguousarray(r.audio, dtype=np.float32) for r in requests]
             results: list[TranscribeResult] = self._call(
                 ("transcribe", metas), audios, should_stop, time.monotonic() + self._hard_timeout
@@ -260,9 +257,9 @@ def child_main(conn: Any, cancel: Any, settings: dict[str, Any], parent_pid: int
                 conn.send(("ok", facts))
                 continue
             requests = []
-            for language, prompt, temperature, words, _ in message[1]:
+            for fields in message[1]:  # everything but the audio, which follows as bytes
                 audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
-                requests.append(TranscribeRequest(audio, language, prompt, temperature, words))
+                requests.append(TranscribeRequest(audio, **fields))
             results = engine.transcribe_batch(requests, cancel.is_set)
             conn.send(("ok", results))
         except Exception as exc:

@@ -34,11 +34,13 @@ from loguru import logger
 
 from ..errors import APIError
 from ..segmentation import quietest_point
+from ..text import join_texts, split_words
 from ..vad import FRAME, SileroModel
 from .agreement import LocalAgreement
 
 SAMPLE_RATE = 16000
 EARLY_FINAL_MS = 350  # start the final this long before the end-of-utterance silence is due
+FIRST_PARTIAL_S = 0.3  # speech before an utterance's first partial (then every interval)
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 AudioSource = np.ndarray | Callable[[], np.ndarray]
 # (audio or a function that returns it when the job starts, language, partial) -> text
@@ -57,6 +59,18 @@ class StreamConfig:
     max_utterance_s: float = 25.0
     flush_silence_ms: int = 600
     max_pending_s: float = 60.0  # audio waiting for its final before feed() waits
+
+
+def held_back(text: str, stable: str) -> str:
+    """A partial without its last word, which the audio usually cuts in the middle (the
+    next partial or the final brings it): half as many partial words are revised later.
+    One-word partials stay (the first partial comes as early as before); the stable text
+    is always kept."""
+    words = split_words(text)
+    if len(words) < 2:
+        return text
+    kept = join_texts(words[:-1])
+    return kept if len(kept) >= len(stable) else stable
 
 
 class _Utterance:
@@ -253,7 +267,8 @@ class StreamSession:
         self._utt.add(pre[: capacity - FRAME])
         self._utt.add(frame)
         self._silence = 0
-        self._since_partial = FRAME
+        first = min(FIRST_PARTIAL_S, self.config.partial_interval_s)
+        self._since_partial = FRAME + int((self.config.partial_interval_s - first) * SAMPLE_RATE)
         self._agreement.reset()
         await self._emit(
             {
@@ -326,7 +341,12 @@ class StreamSession:
             return  # the utterance was committed meanwhile: its final will say it all
         stable = self._agreement.update(text)
         await self._emit(
-            {"type": "partial", "utterance": utt.id, "text": text, "stable_text": stable}
+            {
+                "type": "partial",
+                "utterance": utt.id,
+                "text": held_back(text, stable),
+                "stable_text": stable,
+            }
         )
 
     async def _run_finals(self) -> None:
