@@ -32,7 +32,6 @@ from .errors import (
     BadRequestError,
     InferenceError,
     ModelUnavailableError,
-    QueueFullError,
     ServiceUnavailableError,
 )
 from .lifecycle import ModelManager
@@ -131,12 +130,10 @@ class TranscriptionService:
     async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
-        Each segment is its own scheduler job. A few of one upload are in flight at once
-        (`_window`): remote backends share a long file, and a local engine batches the
-        segments queued while the first one runs; the next cut is found meanwhile. A
-        real-time job still runs between two engine calls of a long upload, and if the
-        consumer goes away the remaining segments are never submitted and those in flight
-        are cancelled.
+        Each segment is its own scheduler job; with remote backends one per backend slot is
+        in flight (`_window`), so they share a long file. A real-time job still runs between
+        two engine calls of a long upload, and if the consumer goes away the remaining
+        segments are never submitted and those in flight are cancelled.
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
@@ -144,30 +141,18 @@ class TranscriptionService:
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
             word_source = engine.word_timestamps if options.word_timestamps else ""
-            size = self._window(engine, options)
+            size = self._window()
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
-                    while pos < total and len(window) < self._room(size):
+                    while pos < total and len(window) < size:
                         end = await self._next_cut(audio, pos, limit)
                         span = Span(pos, end)
                         job = self._segment_job(engine, audio, span, options)
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
                         pos = end
                     span, task, submitted = window.popleft()
-                    try:
-                        result = await task
-                    except QueueFullError:
-                        if size == 1:
-                            raise
-                        # A look-ahead segment found the queue full: its turn has come, so
-                        # it goes again on its own (an upload never fills the queue itself).
-                        for _, later, _ in window:
-                            later.cancel()
-                        await asyncio.gather(*(t for _, t, _ in window), return_exceptions=True)
-                        window.clear()
-                        pos, size = span.end, 1
-                        result = await self._segment_job(engine, audio, span, options)
+                    result = await task
                     seconds = time.perf_counter() - submitted
                     yield self._shift(index, span, result, seconds, options, word_source)
                     index += 1
@@ -176,27 +161,11 @@ class TranscriptionService:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
 
-    def _room(self, size: int) -> int:
-        """While streams are live a local engine takes one upload segment at a time, so a
-        final waits for at most one segment, as it would without look-ahead."""
-        if self.scheduler.workers == 1 and self.scheduler.realtime_recent():
-            return 1
-        return size
-
-    def _window(self, engine: Engine, options: Options) -> int:
-        """Segments of one upload in flight: one per scheduler thread (remote backends), or
-        up to MAX_BATCH_SIZE when the engine can batch them, else 1."""
-        if self.scheduler.workers > 1:
-            return self.scheduler.workers
-        probe = TranscribeRequest(
-            np.zeros(0, np.float32),
-            options.language,
-            options.prompt or None,
-            options.temperature,
-            options.word_timestamps,
-        )
-        batches = self.settings.max_batch_size > 1 and engine.batch_key(probe) is not None
-        return self.settings.max_batch_size if batches else 1
+    def _window(self) -> int:
+        """Segments of one upload in flight: one per scheduler thread (remote backends).
+        A local engine takes them one at a time: batching one file's segments makes its
+        text depend on timing (whisper's batched pipeline decodes a little differently)."""
+        return self.scheduler.workers
 
     async def _segment_job(
         self, engine: Engine, audio: Audio, span: Span, options: Options
@@ -219,6 +188,7 @@ class TranscriptionService:
         language: str | None,
         *,
         partial: bool = False,
+        draft: bool = False,
     ) -> str:
         """One utterance (≤ ~30 s, no cutting): a final at REALTIME priority, a partial at
         PARTIAL priority. `audio` may be a function, called when the job starts, so that a
@@ -230,8 +200,8 @@ class TranscriptionService:
         def run(engine: Engine) -> TranscribeResult:
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
-            # Partials are drafts: ~4x faster on whisper, so a final rarely waits for one.
-            request = TranscribeRequest(samples, language, text_only=True, draft=partial)
+            # A draft (a partial) is ~4x faster on whisper, so a final rarely waits for one.
+            request = TranscribeRequest(samples, language, text_only=True, draft=draft)
             return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:

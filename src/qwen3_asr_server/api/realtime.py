@@ -146,7 +146,7 @@ async def realtime(websocket: WebSocket) -> None:
     async def emit(event: dict[str, Any]) -> None:
         await outbox.put(*to_openai(event, state))
 
-    session = new_session(ctx, base_config(ctx, state.use_vad, None), emit)
+    session = new_session(ctx, base_config(ctx, state.use_vad, None), emit, drafts=False)
     refused = await register(ctx, session, outbox)
     if refused:
         await websocket.send_json(error_event(refused, "too_many_sessions"))

@@ -113,10 +113,18 @@ class Outbox:
 
 
 def new_session(
-    ctx: AppContext, config: StreamConfig, emit: Callable[[dict[str, Any]], Any]
+    ctx: AppContext,
+    config: StreamConfig,
+    emit: Callable[[dict[str, Any]], Any],
+    drafts: bool = True,
 ) -> StreamSession:
+    """`drafts`: partials may be fast drafts (the seed protocol: each partial replaces the
+    last). The Realtime API appends its deltas, so there they come from the full window."""
+
     async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str:
-        return await ctx.transcriber.transcribe_realtime(audio, language, partial=partial)
+        return await ctx.transcriber.transcribe_realtime(
+            audio, language, partial=partial, draft=partial and drafts
+        )
 
     observe = ctx.metrics.final_latency.observe
     return StreamSession(config, transcribe, emit, ctx.vad, observe)

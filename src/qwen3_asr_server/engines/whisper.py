@@ -136,8 +136,6 @@ class WhisperEngine:
             temperature=temperature,
             beam_size=self._beam_size,
             word_timestamps=request.word_timestamps,
-            # Streaming needs the text only: no timestamp tokens to generate.
-            without_timestamps=request.text_only and not request.word_timestamps,
             vad_filter=False,
             condition_on_previous_text=False,
         )

