@@ -31,16 +31,8 @@ import httpx
 import soundfile as sf
 
 import speech
-from proc import ServerProcess
+from proc import WHISPER_BACKEND_ENV, ServerProcess
 from server import free_port
-
-BACKEND_ENV = {
-    "MODEL_ID": "whisper-tiny.en",
-    "IDLE_TIMEOUT": "0",
-    "PRELOAD": "true",
-    "CPU_THREADS": "1",
-    "LOG_LEVEL": "WARNING",
-}
 
 
 def clips() -> list[tuple[bytes, float]]:
@@ -182,7 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     data = clips()
     standin_overhead(data)
-    backends = [ServerProcess(BACKEND_ENV) for _ in range(3)]
+    backends = [ServerProcess(WHISPER_BACKEND_ENV) for _ in range(3)]
     try:
         for b in backends:
             b.wait_healthy(60)

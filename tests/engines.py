@@ -23,9 +23,6 @@ class Recording:
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def batch_key(self, request: Any) -> None:
-        return None  # every call goes through `transcribe`, where it is recorded
-
     def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         with self.lock:
             self.calls.append(len(request.audio) / 16000)

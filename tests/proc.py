@@ -12,6 +12,16 @@ import httpx
 
 from server import free_port
 
+# A backend for ENGINE=remote tests and bench/scale.py: the bundled whisper model, loaded at
+# start, one CPU thread (several share this machine's cores).
+WHISPER_BACKEND_ENV = {
+    "MODEL_ID": "whisper-tiny.en",
+    "IDLE_TIMEOUT": "0",
+    "PRELOAD": "true",
+    "CPU_THREADS": "1",
+    "LOG_LEVEL": "WARNING",
+}
+
 
 class ServerProcess:
     def __init__(self, env: dict[str, str], cwd: Path | None = None, port: int | None = None):

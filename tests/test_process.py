@@ -67,3 +67,21 @@ def test_env_file_and_json_logs_with_request_id(tiny_qwen_dir: Path, tmp_path: P
     assert "loading qwen model" in messages
     assert "POST /v1/audio/transcriptions" in messages  # uvicorn's access log, intercepted
     assert any("unloading the model" in r["record"]["message"] for r in records)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"ENGINE": "remote"}, "ENGINE=remote needs REMOTE_BACKENDS"),
+        ({"ENGINE": "remote", "REMOTE_BACKENDS": "gpu-a:8000"}, "not an http(s) URL"),
+        ({"PORT": "eighty"}, "PORT: Input should be a valid integer"),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    server = ServerProcess(env, cwd=tmp_path)
+    server.proc.wait(30)
+    output = server.output()
+    assert server.proc.returncode == 2
+    assert expected in output and "Traceback" not in output, output

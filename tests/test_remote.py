@@ -23,23 +23,15 @@ import pytest
 import soxr
 
 import speech
-from proc import ServerProcess
+from proc import WHISPER_BACKEND_ENV, ServerProcess
 from server import free_port
 from streaming_client import Collector, load, open_ws, pcm16, stream
 
 pytestmark = pytest.mark.slow
 
-BACKEND_ENV = {
-    "MODEL_ID": "whisper-tiny.en",
-    "IDLE_TIMEOUT": "0",
-    "PRELOAD": "true",
-    "CPU_THREADS": "1",
-    "LOG_LEVEL": "WARNING",
-}
-
 
 def backend(port: int | None = None) -> ServerProcess:
-    proc = ServerProcess(BACKEND_ENV, port=port)
+    proc = ServerProcess(WHISPER_BACKEND_ENV, port=port)
     proc.wait_healthy(60)
     return proc
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 import uvicorn
+from pydantic import ValidationError
 
 from .app import create_app
 from .config import Settings
@@ -10,7 +13,14 @@ from .serve import Server
 
 
 def main() -> None:
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:  # a bad setting: say which and how, no traceback
+        for error in exc.errors():
+            name = "_".join(str(part) for part in error["loc"]).upper()
+            where = f"{name}: " if name else ""
+            print(f"qwen3-asr-server: {where}{error['msg']}", file=sys.stderr)
+        sys.exit(2)
     app = create_app(settings)
     config = uvicorn.Config(
         app,

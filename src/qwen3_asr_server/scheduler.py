@@ -137,11 +137,6 @@ class PriorityScheduler:
     def busy(self) -> bool:
         return self._running > 0
 
-    @property
-    def running(self) -> int:
-        """Jobs inside an engine call right now."""
-        return self._running
-
     def realtime_recent(self) -> bool:
         """A streaming job was submitted within `realtime_quiet` seconds."""
         return time.monotonic() - self._last_realtime < self.realtime_quiet

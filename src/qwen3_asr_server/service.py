@@ -131,7 +131,7 @@ class TranscriptionService:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
         Each segment is its own scheduler job; with remote backends one per backend slot is
-        in flight (`_window`), so they share a long file. A real-time job still runs between
+        in flight, so they share a long file. A real-time job still runs between
         two engine calls of a long upload, and if the consumer goes away the remaining
         segments are never submitted and those in flight are cancelled.
         """
@@ -141,7 +141,10 @@ class TranscriptionService:
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
             word_source = engine.word_timestamps if options.word_timestamps else ""
-            size = self._window()
+            # One per scheduler thread: remote backends share a long file. A local engine
+            # takes one at a time (batching one file's own segments made its text depend
+            # on timing: whisper's batched pipeline decodes a little differently).
+            size = self.scheduler.workers
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
@@ -160,12 +163,6 @@ class TranscriptionService:
                 for _, task, _ in window:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
-
-    def _window(self) -> int:
-        """Segments of one upload in flight: one per scheduler thread (remote backends).
-        A local engine takes them one at a time: batching one file's segments makes its
-        text depend on timing (whisper's batched pipeline decodes a little differently)."""
-        return self.scheduler.workers
 
     async def _segment_job(
         self, engine: Engine, audio: Audio, span: Span, options: Options
@@ -201,7 +198,7 @@ class TranscriptionService:
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
             # A draft (a partial) is ~4x faster on whisper, so a final rarely waits for one.
-            request = TranscribeRequest(samples, language, text_only=True, draft=draft)
+            request = TranscribeRequest(samples, language, draft=draft)
             return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:

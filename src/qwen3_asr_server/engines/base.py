@@ -46,7 +46,6 @@ class TranscribeRequest:
     prompt: str | None = None
     temperature: float | None = None
     word_timestamps: bool = False
-    text_only: bool = False  # only the text is used (streaming): no segment times needed
     draft: bool = False  # a streaming partial, replaced soon: speed may cost some accuracy
 
 
