@@ -8,7 +8,8 @@ from typing import Any
 
 
 class Recording:
-    """Delegates to a real engine; records each call's audio length, can fail or slow one."""
+    """Delegates to a real engine; records each job's audio length (`calls`) and each
+    engine call's batch size (`batch_sizes`), can fail or slow one."""
 
     def __init__(
         self, engine: Any, fail_on: int | None = None, delay: float = 0.0, tag: str = ""
@@ -18,18 +19,30 @@ class Recording:
         self.fail_on = fail_on
         self.delay = delay
         self.calls: list[float] = []
+        self.batch_sizes: list[int] = []
         self.lock = threading.Lock()
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+    def _record(self, requests: list[Any]) -> None:
         with self.lock:
-            self.calls.append(len(request.audio) / 16000)
+            first = len(self.calls) + 1
+            self.calls.extend(len(r.audio) / 16000 for r in requests)
+            self.batch_sizes.append(len(requests))
             number = len(self.calls)
-        if self.fail_on is not None and number == self.fail_on:
-            raise RuntimeError(f"engine failure on call {number}")
+        if self.fail_on is not None and first <= self.fail_on <= number:
+            raise RuntimeError(f"engine failure on call {self.fail_on}")
         time.sleep(self.delay)
+
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+        self._record([request])
         if should_stop is None:
             return self.inner.transcribe(request)
         return self.inner.transcribe(request, should_stop)
+
+    def transcribe_batch(self, requests: list[Any], should_stop: Any = None) -> Any:
+        self._record(requests)
+        if should_stop is None:
+            return self.inner.transcribe_batch(requests)
+        return self.inner.transcribe_batch(requests, should_stop)

@@ -238,12 +238,33 @@ def test_client_disconnect_cancels_the_remaining_segments() -> None:
             for line in response.iter_lines():
                 if line.startswith("data:"):
                     break  # first delta, then hang up
-        calls_at_disconnect = len(engine.calls)
+        calls_at_disconnect = len(engine.batch_sizes)
         time.sleep(2.5)  # long enough for several more segments if they were still running
-        assert len(engine.calls) <= calls_at_disconnect + 1  # at most the one in flight
-        assert len(engine.calls) < 4
+        # At most the engine call in flight (the first segment, or the batch behind it)
+        assert len(engine.batch_sizes) <= calls_at_disconnect + 1
+        assert len(engine.batch_sizes) < 4
         assert srv.ctx.scheduler.depth == 0
         assert srv.ctx.manager.users == 0
+
+
+def test_one_long_upload_batches_its_own_segments_and_keeps_its_text() -> None:
+    """Segments queued behind the running one share an engine call; whisper decodes each
+    item of a batch as it would alone, so the text is the same without batching."""
+    texts, sizes, firsts = {}, {}, {}
+    for batch in (1, 4):
+        settings = whisper_settings(max_batch_size=batch)
+        engine = Recording(create_engine(settings))
+        with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+            texts[batch] = create(srv, LONG, response_format="verbose_json")
+        sizes[batch], firsts[batch] = engine.batch_sizes, engine.calls[0]
+    assert max(sizes[1]) == 1 and len(sizes[1]) >= 4
+    assert max(sizes[4]) >= 2, sizes[4]  # one upload alone filled a batch
+    assert sizes[4][0] == 1  # the first segment runs alone: the first SSE event is early
+    assert firsts[1] == firsts[4] <= 10.0  # and is short
+    assert texts[4].text == texts[1].text
+    assert [(s.start, s.end, s.text) for s in texts[4].segments] == [
+        (s.start, s.end, s.text) for s in texts[1].segments
+    ]
 
 
 def test_a_realtime_job_runs_between_two_segments_of_a_long_upload() -> None:

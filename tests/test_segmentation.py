@@ -100,3 +100,20 @@ def test_long_fixture_is_cut_into_bounded_contiguous_spans(vad: bool) -> None:
     spans = list(segmenter.spans(audio))
     check_cover(spans, len(audio), 30 * RATE)
     assert len(spans) >= 4
+
+
+def test_vad_cuts_at_the_last_pause_not_the_longest() -> None:
+    """Segments as long as the maximum allows (fewer 30 s windows): a 1.5 s pause early in
+    the search window loses to a 0.5 s pause near its end."""
+    pieces, t, marks = [], 0.0, {}
+    layout = [(1, 0.2), (2, 0.2), (3, 0.2), (4, 0.2), (5, 0.2), (6, 1.5), (7, 0.5), (8, 0.2)]
+    for number, gap in layout:
+        clip, _ = sf.read(speech.path(f"sentence_{number:02d}.wav"), dtype="float32")
+        pieces += [clip, np.zeros(int(gap * RATE), np.float32)]
+        t += len(clip) / RATE
+        marks[number] = (t, t + gap)  # (end of sentence, start of the next)
+        t += gap
+    audio = np.concatenate(pieces)
+    assert marks[6][0] > 22.5 and marks[7][1] < 30  # both pauses inside the search window
+    cut = Segmenter(30, vad=SileroModel()).next_cut(audio, 0) / RATE
+    assert marks[7][0] - 0.3 <= cut <= marks[7][1] + 0.3, (cut, marks[6], marks[7])

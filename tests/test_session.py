@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from qwen3_asr_server.streaming.agreement import Draft
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
 from qwen3_asr_server.vad import SileroModel
 from streaming_client import load
@@ -269,3 +270,38 @@ def test_held_back_keeps_one_word_and_the_stable_text() -> None:
     assert held_back("Hello there you", "") == "Hello there"
     assert held_back("Hello there", "Hello there") == "Hello there"
     assert held_back("", "") == ""
+    assert held_back("The", "The Wig Round") == "The Wig Round"  # never less than stable
+    # a hypothesis that rewrites a stable word: the stable word stays, the rest follows
+    assert held_back("But weather today is", "The") == "The weather today"
+
+
+class Drafts(Transcriber):
+    """Partials come back as drafts whose second word is unsure; finals as text."""
+
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> Any:
+        await super().__call__(audio, language, partial)
+        if not partial:
+            return "one two three four"
+        return Draft([("one", 0.9), ("two", 0.1), ("three", 0.9), ("four", 0.9)])
+
+
+async def test_after_the_first_partial_only_confident_words_are_shown() -> None:
+    events = await run(load("sentence_02.wav"), Drafts())
+    partials = [e["text"] for e in events if e["type"] == "partial"]
+    # The first shows the whole draft (early), later ones stop before the unsure word, and
+    # a partial that would repeat the last one is not sent.
+    assert partials == ["one two three", "one"]
+    assert [e["text"] for e in events if e["type"] == "final"] == ["one two three four"]
+
+
+def test_a_draft_stops_at_an_unsure_word_and_at_a_restart() -> None:
+    sure = [("Please", 0.9), ("call", 0.8), ("me...", 0.7), ("Please", 0.9), ("call", 0.9)]
+    assert Draft(sure).confident_text(0.5) == "Please call me..."
+    again = [("Please", 0.9), ("call", 0.8), ("me", 0.7), ("please", 0.9), ("call", 0.9)]
+    assert Draft(again).confident_text(0.5) == "Please call me"
+    assert Draft([("The", 0.9), ("cat", 0.4), ("sat", 0.9)]).confident_text(0.5) == "The"
+    assert Draft([("The", 0.2), ("cat", 0.9)]).confident_text(0.5) == ""
+    assert Draft([("The", 0.2), ("cat", 0.9)]).confident_text(0.0) == "The cat"
+    # a word that comes back later is no restart unless the opening pair does
+    words = [("The", 0.9), ("train", 0.9), ("to", 0.9), ("the", 0.9), ("city", 0.9)]
+    assert Draft(words).confident_text(0.5) == "The train to the city"

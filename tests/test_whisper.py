@@ -176,8 +176,20 @@ def test_drafts_for_partials_are_close_and_bounded() -> None:
     engine.load()
     names = sorted(speech.sentences())
     audios = [sf.read(speech.path(n), dtype="float32")[0] for n in names]
-    drafts = [engine.transcribe(TranscribeRequest(a, None, draft=True)).text for a in audios]
+    results = [engine.transcribe(TranscribeRequest(a, None, draft=True)) for a in audios]
+    drafts = [r.text for r in results]
     assert wer([speech.transcripts()[n] for n in names], drafts) < 0.3
+    # every word with the probability of its least likely token: whole sentences are mostly
+    # sure, and the words are the text
+    for result in results:
+        assert result.word_probs is not None
+        assert " ".join(w for w, _ in result.word_probs) == result.text
+        assert all(0.0 <= p <= 1.0 for _, p in result.word_probs)
+    probs = [p for r in results for _, p in r.word_probs or []]
+    assert sorted(probs)[len(probs) // 2] > 0.5, probs
+    assert min(probs) < 0.5  # and the unsure ones are told apart
+    finals = engine.transcribe(TranscribeRequest(audios[0], None))
+    assert finals.word_probs is None  # only drafts carry them
     for audio in audios:
         start = int(np.flatnonzero(np.abs(audio) > 0.02)[0])
         for seconds in (0.3, 0.6, 1.0):

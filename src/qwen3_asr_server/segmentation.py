@@ -17,6 +17,7 @@ from .vad import FRAME, SileroModel
 SAMPLE_RATE = 16000
 SPEECH_THRESHOLD = 0.35
 ENERGY_HOP = 160  # 10 ms
+MIN_PAUSE_S = 0.25  # a pause between sentences or phrases, not a gap inside a word
 ENERGY_SMOOTH = 15  # frames: look for a 150 ms quiet stretch, not one quiet sample
 
 
@@ -69,21 +70,23 @@ class Segmenter:
         return lo + max(1, offset)
 
     def _vad_pause(self, window: np.ndarray) -> int | None:
-        """Middle of the longest run of non-speech frames, or None if all is speech."""
+        """Middle of the last pause of at least MIN_PAUSE_S (the longest segments, so the
+        fewest 30 s windows), else of the longest non-speech run; None if all is speech."""
         assert self.vad is not None
         probs = self.vad.stream().probs(window)
-        quiet = probs < SPEECH_THRESHOLD
-        best_len, best_start, run_start = 0, 0, None
-        for i, q in enumerate([*quiet.tolist(), False]):
-            if q and run_start is None:
-                run_start = i
-            elif not q and run_start is not None:
-                if i - run_start > best_len:
-                    best_len, best_start = i - run_start, run_start
-                run_start = None
-        if best_len == 0:
+        runs: list[tuple[int, int]] = []  # (first frame, frames) of each quiet run
+        start = None
+        for i, quiet in enumerate([*(probs < SPEECH_THRESHOLD).tolist(), False]):
+            if quiet and start is None:
+                start = i
+            elif not quiet and start is not None:
+                runs.append((start, i - start))
+                start = None
+        if not runs:
             return None
-        return int((best_start + best_len / 2) * FRAME)
+        pauses = [r for r in runs if r[1] * FRAME >= MIN_PAUSE_S * SAMPLE_RATE]
+        first, frames = pauses[-1] if pauses else max(runs, key=lambda r: r[1])
+        return int((first + frames / 2) * FRAME)
 
 
 def quietest_point(window: np.ndarray) -> int:

@@ -42,6 +42,9 @@ from .text import collapse_repetitions, join_texts, parse_language
 from .timestamps import ensure_words
 
 MAX_PROMPT_CHARS = 4000
+# A long file's first segment is cut at a pause within its first 10 s: it runs alone, so the
+# first SSE event comes early, while the segments behind it fill a batch.
+FIRST_SEGMENT_SECONDS = 10.0
 
 
 @dataclass
@@ -141,17 +144,23 @@ class TranscriptionService:
             if options.word_timestamps and engine.word_timestamps == "aligner":
                 limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
             word_source = engine.word_timestamps if options.word_timestamps else ""
-            # One per scheduler thread: remote backends share a long file. A local engine
-            # takes one at a time (batching one file's own segments made its text depend
-            # on timing: whisper's batched pipeline decodes a little differently).
+            long_form = total > min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
+            first = limit
+            if long_form:
+                first = min(limit or total, int(FIRST_SEGMENT_SECONDS * SAMPLE_RATE))
+            # In flight: one per scheduler thread (remote backends share a long file), or a
+            # batch queued behind the running segment when the engine decodes each item of a
+            # batch as it would alone (a file's text must not depend on timing).
             size = self.scheduler.workers
+            if self._batches(engine, options):
+                size = max(size, self.settings.max_batch_size + 1)
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
                     while pos < total and len(window) < size:
-                        end = await self._next_cut(audio, pos, limit)
+                        end = await self._next_cut(audio, pos, first if pos == 0 else limit)
                         span = Span(pos, end)
-                        job = self._segment_job(engine, audio, span, options)
+                        job = self._segment_job(engine, audio, span, options, long_form)
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
                         pos = end
                     span, task, submitted = window.popleft()
@@ -164,16 +173,30 @@ class TranscriptionService:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
 
-    async def _segment_job(
-        self, engine: Engine, audio: Audio, span: Span, options: Options
-    ) -> TranscribeResult:
-        request = TranscribeRequest(
-            audio=audio.samples[span.start : span.end],  # a view, not a copy
+    def _batches(self, engine: Engine, options: Options) -> bool:
+        """May a long file's segments share engine calls?"""
+        probe = self._request(np.zeros(0, np.float32), options, long_form=True)
+        return (
+            self.settings.max_batch_size > 1
+            and engine.long_form_batches
+            and engine.batch_key(probe) is not None
+        )
+
+    @staticmethod
+    def _request(samples: np.ndarray, options: Options, long_form: bool) -> TranscribeRequest:
+        return TranscribeRequest(
+            audio=samples,  # a view, not a copy
             language=options.language,
             prompt=options.prompt or None,
             temperature=options.temperature,
             word_timestamps=options.word_timestamps,
+            long_form=long_form,
         )
+
+    async def _segment_job(
+        self, engine: Engine, audio: Audio, span: Span, options: Options, long_form: bool
+    ) -> TranscribeResult:
+        request = self._request(audio.samples[span.start : span.end], options, long_form)
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
         batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
@@ -186,10 +209,11 @@ class TranscriptionService:
         *,
         partial: bool = False,
         draft: bool = False,
-    ) -> str:
+    ) -> TranscribeResult:
         """One utterance (≤ ~30 s, no cutting): a final at REALTIME priority, a partial at
         PARTIAL priority. `audio` may be a function, called when the job starts, so that a
-        partial that waited decodes the newest audio."""
+        partial that waited decodes the newest audio. A whisper draft also has the words'
+        probabilities (`word_probs`)."""
         should_stop = self.scheduler.should_stop
 
         seconds = [0.0]
@@ -204,7 +228,8 @@ class TranscriptionService:
         async with self.manager.use() as engine:
             priority = PARTIAL if partial else REALTIME
             result = await self._run(lambda: run(engine), priority, None, lambda: seconds[0])
-        return collapse_repetitions(result.text)
+        result.text = collapse_repetitions(result.text)
+        return result
 
     async def _run(
         self,

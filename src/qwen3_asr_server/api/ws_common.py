@@ -12,6 +12,7 @@ from fastapi import WebSocket
 from loguru import logger
 
 from ..errors import AuthError
+from ..streaming.agreement import Draft
 from ..streaming.registry import SessionLimitError
 from ..streaming.session import AudioSource, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
@@ -121,10 +122,11 @@ def new_session(
     """`drafts`: partials may be fast drafts (the seed protocol: each partial replaces the
     last). The Realtime API appends its deltas, so there they come from the full window."""
 
-    async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str:
-        return await ctx.transcriber.transcribe_realtime(
+    async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str | Draft:
+        result = await ctx.transcriber.transcribe_realtime(
             audio, language, partial=partial, draft=partial and drafts
         )
+        return Draft(result.word_probs) if result.word_probs is not None else result.text
 
     observe = ctx.metrics.final_latency.observe
     return StreamSession(config, transcribe, emit, ctx.vad, observe)

@@ -47,6 +47,9 @@ class TranscribeRequest:
     temperature: float | None = None
     word_timestamps: bool = False
     draft: bool = False  # a streaming partial, replaced soon: speed may cost some accuracy
+    # One segment of a longer file: decoded the same way alone or in a batch, so that the
+    # file's text does not depend on how its segments happened to be grouped.
+    long_form: bool = False
 
 
 @dataclass
@@ -75,6 +78,8 @@ class TranscribeResult:
     language: str | None  # ISO-639-1 code when known
     segments: list[Segment] = field(default_factory=list)
     engine_seconds: float = 0.0  # time spent inside the engine
+    # A draft's words, each with the lowest probability of its tokens (None: not known)
+    word_probs: list[tuple[str, float]] | None = None
 
 
 class Engine(Protocol):
@@ -86,6 +91,12 @@ class Engine(Protocol):
 
     name: str
     model_id: str
+
+    @property
+    def long_form_batches(self) -> bool:
+        """A long file's segments may share `transcribe_batch` calls without changing its
+        text (the service then keeps MAX_BATCH_SIZE + 1 of them in flight)."""
+        ...
 
     @property
     def device(self) -> str: ...

@@ -178,6 +178,10 @@ class QwenEngine:
     ) -> TranscribeResult:
         return self.transcribe_batch([request], should_stop)[0]
 
+    # Not shown here that a padded batch decodes each item as it would alone: a long file's
+    # segments go one at a time (other requests' jobs may still join them).
+    long_form_batches = False
+
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return "qwen"  # the SDK takes a language and a context per item
 

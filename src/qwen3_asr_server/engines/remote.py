@@ -310,6 +310,8 @@ class RemoteEngine:
         segments = [Segment(0.0, duration, text)] if text else []
         return TranscribeResult(text, language, segments, engine_seconds=seconds)
 
+    long_form_batches = False  # a long file is shared by the backend slots instead
+
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return None  # concurrency comes from the scheduler's slots, one job per HTTP call
 

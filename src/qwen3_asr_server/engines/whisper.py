@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..text import join_texts
 from .base import (
     JobCancelledError,
     ModelLoadError,
@@ -24,7 +25,7 @@ from .base import (
     Word,
     never_stop,
 )
-from .whisper_draft import MAX_DRAFT_S, draft_text
+from .whisper_draft import MAX_DRAFT_S, draft_words
 
 BUNDLED = "whisper-tiny.en"
 SAMPLE_RATE = 16000
@@ -46,6 +47,9 @@ def resolve_model_path(model_id: str) -> str:
 
 class WhisperEngine:
     name = "whisper"
+    # Every item of a batched decode is padded to the same 30 s window and decoded alone
+    # (tests/test_whisper.py checks that a segment's text is the same in any batch).
+    long_form_batches = True
 
     def __init__(
         self, model_id: str, *, device: str = "auto", cpu_threads: int = 0, beam_size: int = 1
@@ -118,14 +122,18 @@ class WhisperEngine:
         language = request.language or ("en" if self.english_only else None)
         if self._drafts(request, language):
             assert language is not None
-            text = draft_text(self._model, request.audio, language)
+            words = draft_words(self._model, request.audio, language)
+            text = join_texts([word for word, _ in words])
             duration = len(request.audio) / SAMPLE_RATE
             return TranscribeResult(
                 text=text,
                 language=language,
                 segments=[Segment(0.0, duration, text)] if text else [],
                 engine_seconds=time.perf_counter() - started,
+                word_probs=words,
             )
+        if request.long_form and language is not None:  # the batched decoder needs a language
+            return self._batched_decode([request], should_stop)[0]
         # Greedy by default: deterministic output, and no temperature-fallback re-decodes
         # (up to six per window) that multiply CPU latency. An explicit temperature samples.
         temperature = request.temperature or 0.0
@@ -168,12 +176,19 @@ class WhisperEngine:
     def transcribe_batch(
         self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
     ) -> list[TranscribeResult]:
-        """Several ≤30 s requests with the same options in one batched decode: the audios
-        are laid end to end and each is one clip of faster-whisper's batched pipeline."""
-        if self._batched is None:
-            raise RuntimeError("WhisperEngine.transcribe_batch called before load()")
+        """Several ≤30 s requests with the same options in one batched decode."""
         if len(requests) == 1:
             return [self.transcribe(requests[0], should_stop)]
+        return self._batched_decode(requests, should_stop)
+
+    def _batched_decode(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop
+    ) -> list[TranscribeResult]:
+        """faster-whisper's batched pipeline: the audios are laid end to end and each is one
+        clip, decoded once (no re-decoding from the last timestamp, as the sequential decoder
+        does), with segment timestamps."""
+        if self._batched is None:
+            raise RuntimeError("WhisperEngine.transcribe_batch called before load()")
         if should_stop():
             raise JobCancelledError("every caller of this job has gone")
         first = requests[0]
@@ -191,6 +206,7 @@ class WhisperEngine:
             temperature=first.temperature or 0.0,
             beam_size=self._beam_size,
             word_timestamps=first.word_timestamps,
+            without_timestamps=False,
             clip_timestamps=clips,
             batch_size=len(requests),
         )

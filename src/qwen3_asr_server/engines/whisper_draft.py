@@ -23,8 +23,10 @@ MAX_DRAFT_S = 28.0  # beyond this the full 30 s window costs the same
 BASE_TOKENS, TOKENS_PER_SECOND = 6, 6
 
 
-def draft_text(model: Any, audio: np.ndarray, language: str) -> str:
-    """Greedy text of ≤ 28 s of audio, encoded with a window just longer than the audio."""
+def draft_words(model: Any, audio: np.ndarray, language: str) -> list[tuple[str, float]]:
+    """Greedy words of ≤ 28 s of audio, encoded with a window just longer than the audio,
+    each with the lowest probability of its tokens (a word starts at a token that begins
+    with a space)."""
     import ctranslate2
     from faster_whisper.tokenizer import Tokenizer
 
@@ -45,5 +47,22 @@ def draft_text(model: Any, audio: np.ndarray, language: str) -> str:
         beam_size=1,
         max_length=min(budget, model.max_length),
         suppress_blank=True,
-    )
-    return str(tokenizer.decode(result[0].sequences_ids[0])).strip()
+        return_logits_vocab=True,
+    )[0]
+    groups: list[tuple[list[int], float]] = []
+    for tid, logits in zip(result.sequences_ids[0], result.logits[0], strict=False):
+        probability = token_probability(np.asarray(logits), tid)
+        if groups and not str(tokenizer.decode([tid])).startswith(" "):
+            ids, lowest = groups[-1]
+            groups[-1] = ([*ids, tid], min(lowest, probability))
+        else:
+            groups.append(([tid], probability))
+    words = [(str(tokenizer.decode(ids)).strip(), p) for ids, p in groups]
+    return [(word, p) for word, p in words if word]
+
+
+def token_probability(logits: np.ndarray, token: int) -> float:
+    """Softmax probability of `token` from one step's scores over the vocabulary."""
+    scores = logits.astype(np.float64)
+    scores -= scores.max()
+    return float(np.exp(scores[token]) / np.exp(scores).sum())

@@ -87,6 +87,10 @@ class WorkerEngine:
     def word_timestamps(self) -> str:
         return str(self._template.word_timestamps)
 
+    @property
+    def long_form_batches(self) -> bool:
+        return bool(self._template.long_form_batches)
+
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         key: Hashable | None = self._template.batch_key(request)
         return key

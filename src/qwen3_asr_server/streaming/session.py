@@ -36,7 +36,7 @@ from ..errors import APIError
 from ..segmentation import quietest_point
 from ..text import join_texts, split_words
 from ..vad import FRAME, SileroModel
-from .agreement import LocalAgreement
+from .agreement import MIN_WORD_PROB, Draft, LocalAgreement
 
 SAMPLE_RATE = 16000
 EARLY_FINAL_MS = 350  # start the final this long before the end-of-utterance silence is due
@@ -44,7 +44,8 @@ FIRST_PARTIAL_S = 0.3  # speech before an utterance's first partial (then every 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 AudioSource = np.ndarray | Callable[[], np.ndarray]
 # (audio or a function that returns it when the job starts, language, partial) -> text
-Transcribe = Callable[[AudioSource, str | None, bool], Coroutine[Any, Any, str]]
+# A partial may come back as a Draft (words with probabilities), a final is always text.
+Transcribe = Callable[[AudioSource, str | None, bool], Coroutine[Any, Any, str | Draft]]
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,13 @@ class StreamConfig:
 
 
 def held_back(text: str, stable: str) -> str:
-    """A partial without its last word, which the audio usually cuts in the middle (the
-    next partial or the final brings it): half as many partial words are revised later.
-    One-word partials stay (the first partial comes as early as before); the stable text
-    is always kept."""
-    words = split_words(text)
-    if len(words) < 2:
-        return text
-    kept = join_texts(words[:-1])
-    return kept if len(kept) >= len(stable) else stable
+    """The stable words, then the hypothesis's words after them without its last word,
+    which the audio usually cuts in the middle (the next partial or the final brings it).
+    A one-word hypothesis stays whole (the first partial comes as early as before). The
+    result always starts with the stable text."""
+    words, fixed = split_words(text), split_words(stable)
+    tail = words[len(fixed) : -1 if len(words) >= 2 else None]
+    return join_texts(fixed + tail)
 
 
 class _Utterance:
@@ -81,6 +80,8 @@ class _Utterance:
         self.buf = np.zeros(capacity, dtype=np.float32)
         self.length = 0
         self.start_sample = start_sample
+        self.partials = 0  # partials sent for this utterance
+        self.shown = ""  # the last partial's text
 
     def add(self, samples: np.ndarray) -> None:
         self.buf[self.length : self.length + len(samples)] = samples
@@ -237,9 +238,7 @@ class StreamSession:
         if cfg.use_vad and self._early is None and early_at <= self._silence < end_silence:
             self._cancel_partial()  # the final matters more than one more partial
             self._early_len = self._utt.length
-            self._early = asyncio.create_task(
-                self._transcribe(self._utt.audio.copy(), self.config.language, False)
-            )
+            self._early = asyncio.create_task(self._final_text(self._utt.audio.copy()))
         if cfg.use_vad and self._silence >= end_silence:
             await self._emit(
                 {
@@ -324,27 +323,44 @@ class StreamSession:
             self._partial.cancel()  # removes the job from the queue if it has not started
             self._partial = None
 
+    async def _final_text(self, audio: np.ndarray) -> str:
+        result = await self._transcribe(audio, self.config.language, False)
+        return result if isinstance(result, str) else result.confident_text(0.0)
+
     async def _run_partial(self, utt: _Utterance) -> None:
         window_s = self.config.window_max_s
+        hypothesis: str | Draft | None = None
         try:  # the window is taken when the job starts: the newest audio, not stale audio
-            text = await self._transcribe(lambda: utt.tail(window_s), self.config.language, True)
+            hypothesis = await self._transcribe(
+                lambda: utt.tail(window_s), self.config.language, True
+            )
         except APIError as exc:  # queue full / timeout: skip this partial, keep going
             logger.debug("partial skipped: {}", exc.message)
-            text = None
         except Exception as exc:
             logger.opt(exception=exc).warning("partial failed")
-            text = None
         finally:
             if self._partial is asyncio.current_task():
                 self._partial = None
-        if text is None or self._utt is not utt:
+        if hypothesis is None or self._utt is not utt:
             return  # the utterance was committed meanwhile: its final will say it all
+        if isinstance(hypothesis, Draft):
+            # Only confident words become stable or are shown, except in the utterance's
+            # first partial: it shows the whole draft, as early as possible.
+            text = hypothesis.confident_text(MIN_WORD_PROB)
+            shown = text if utt.partials else hypothesis.confident_text(0.0)
+        else:
+            text = shown = hypothesis
         stable = self._agreement.update(text)
+        shown = held_back(shown, stable)
+        if not shown or shown == utt.shown:
+            return  # nothing (confident) to add: the last partial stands
+        utt.partials += 1
+        utt.shown = shown
         await self._emit(
             {
                 "type": "partial",
                 "utterance": utt.id,
-                "text": held_back(text, stable),
+                "text": shown,
                 "stable_text": stable,
             }
         )
@@ -371,7 +387,7 @@ class StreamSession:
             if early is not None:
                 text = await early
             else:
-                text = await self._transcribe(audio, self.config.language, False)
+                text = await self._final_text(audio)
         except Exception as exc:
             logger.opt(exception=exc).error("final transcription failed")
             message = exc.message if isinstance(exc, APIError) else str(exc)
