@@ -21,6 +21,7 @@ class EchoEngine:
     """Stands in for the model: this test is about the service's memory, not the words."""
 
     name, model_id, device, languages = "echo", "echo", "cpu", None
+    long_form_batches = False
 
     def load(self) -> None: ...
 

@@ -295,10 +295,11 @@ class TranscriptionService:
     ) -> SegmentResult:
         offset = span.start_s
         segments = []
+        end = span.end_s  # an engine's times may overshoot its audio by a rounding step
         for s in result.segments:
-            s.start, s.end = s.start + offset, min(s.end + offset, span.end_s)
+            s.start, s.end = min(s.start + offset, end), min(s.end + offset, end)
             for w in s.words:
-                w.start, w.end = w.start + offset, min(w.end + offset, span.end_s)
+                w.start, w.end = min(w.start + offset, end), min(w.end + offset, end)
             s.text = collapse_repetitions(s.text)
             if s.text:
                 segments.append(s)

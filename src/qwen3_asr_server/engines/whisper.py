@@ -245,8 +245,10 @@ def _segment(piece: Any, shift: float = 0.0) -> Segment:
     words = [
         Word(
             word=w.word.strip(),
-            start=float(w.start) - shift,
-            end=float(w.end) - shift,
+            # the batched decoder's times are on a 20 ms grid: a word may start a few ms
+            # before the clip it belongs to
+            start=max(0.0, float(w.start) - shift),
+            end=max(0.0, float(w.end) - shift),
             probability=w.probability,
         )
         for w in (piece.words or [])
