@@ -174,3 +174,13 @@ def test_bad_target_language_is_400(server: LiveServer) -> None:
     response = translate(server, "sentence_01.wav", language="klingon")
     assert response.status_code == 400
     assert check_error(response.json())["param"] == "language"
+
+
+def test_the_translation_model_gets_the_seed_temperatures(
+    server: LiveServer, llm: LiveServer
+) -> None:
+    """TRANSLATE_TEMPERATURE (0.3) for text, TRANSLATE_SRT_TEMPERATURE (0.1) for subtitles."""
+    assert translate(server, "sentence_02.wav", response_format="text").status_code == 200
+    assert llm.app.state.calls[-1]["temperature"] == 0.3
+    assert translate(server, "sentence_02.wav", response_format="srt").status_code == 200
+    assert llm.app.state.calls[-1]["temperature"] == 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import uvicorn
@@ -19,8 +20,11 @@ def main() -> None:
         for error in exc.errors():
             name = "_".join(str(part) for part in error["loc"]).upper()
             where = f"{name}: " if name else ""
-            print(f"qwen3-asr-server: {where}{error['msg']}", file=sys.stderr)
+            message = error["msg"].removeprefix("Value error, ")
+            print(f"qwen3-asr-server: {where}{message}", file=sys.stderr)
         sys.exit(2)
+    if settings.pytorch_cuda_alloc_conf:  # torch reads it from the environment
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.pytorch_cuda_alloc_conf)
     app = create_app(settings)
     config = uvicorn.Config(
         app,

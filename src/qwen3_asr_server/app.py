@@ -45,6 +45,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     """Build a fresh app. `engine` overrides the one chosen from settings (tests)."""
     settings = settings or Settings()
     setup_logging(settings.log_level, settings.log_json)
+    for note in settings.notes():  # seed settings that were overridden or have no effect
+        logger.warning(note)
     chosen = engine or create_engine(settings)
     metrics = Metrics()
 

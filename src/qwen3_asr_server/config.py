@@ -7,17 +7,44 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
 DEFAULT_CUDA_MODEL = "Qwen/Qwen3-ASR-1.7B"
+BYTES_PER_SECOND = 32000  # 16 kHz 16-bit mono PCM, the seed's WS_BUFFER_SIZE unit
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the seed's (stdlib) aliases
+# The seed's acceleration switches: refused when set to anything but their default.
+REFUSED = {
+    "use_speculative": "speculative decoding was not shown to help Qwen3-ASR here; for "
+    "throughput use ENGINE=remote with vLLM backends (docs/SCALING.md)",
+    "use_cuda_graphs": "CUDA graphs were not shown to help with variable-length audio; "
+    "vLLM backends (ENGINE=remote) use them (docs/SCALING.md)",
+    "onnx_encoder_path": "an ONNX encoder is not supported; the encoder runs in PyTorch, or "
+    "in vLLM with ENGINE=remote",
+    "trt_encoder_path": "a TensorRT encoder is not supported; use vLLM backends "
+    "(ENGINE=remote) for GPU throughput",
+    "numa_node": "NUMA pinning is left to the host: run the process under `numactl "
+    "--cpunodebind=N --membind=N`",
+    "use_granian": "the server runs on uvicorn only (its WebSocket and shutdown handling "
+    "are what the tests prove)",
+    "use_vllm": "superseded: run vLLM as its own server and set ENGINE=remote with "
+    "REMOTE_BACKENDS (docs/SCALING.md)",
+    "use_causal_encoder": "it was experimental in the seed and changes what the model "
+    "computes; not shown to keep accuracy",
+}
+SEED_TRANSLATE_MODEL = "gemma3:12b"
 
 
 class Settings(BaseSettings):
     """Server settings. Field names are the env var names, case-insensitive."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", protected_namespaces=())
+    # An empty value (`NAME=`, as the seed's .env.example has them) means unset.
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", protected_namespaces=(), env_ignore_empty=True
+    )
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     host: str = "127.0.0.1"
     """Interface to listen on."""
@@ -41,6 +68,14 @@ class Settings(BaseSettings):
     """Threads for CPU inference; 0 lets the engine decide."""
     max_new_tokens: int = Field(default=1024, ge=1)
     """Upper bound on tokens the Qwen decoder generates per segment."""
+    dual_model: bool = False
+    """Load FAST_MODEL_ID beside MODEL_ID: streaming partials run on the fast model, finals,
+    uploads and subtitles on the main one. Not available yet: refused at start."""
+    fast_model_id: str = "Qwen/Qwen3-ASR-0.6B"
+    """The partials' model when DUAL_MODEL is true (any engine: Qwen or whisper)."""
+    quantize: Literal["int8", "fp8"] | None = None
+    """The seed's weight quantization (int8: bitsandbytes on CUDA; fp8: torchao, compute
+    capability 8.9+). Not available yet: refused at start (docs/MIGRATING.md)."""
     forced_aligner_id: str | None = None
     """Qwen3-ForcedAligner (HF id or directory, e.g. `Qwen/Qwen3-ForcedAligner-0.6B`) for word
     timestamps with the Qwen engine in its 11 languages; loaded on first use, unloaded with
@@ -72,6 +107,11 @@ class Settings(BaseSettings):
     runaway job costs one request. `inline`: one process, torch imported lazily."""
     gateway_mode: bool = False
     """The seed's name for ENGINE_PROCESS=worker (true selects it)."""
+    worker_host: str | None = None
+    """Accepted from the seed's settings and not used: the worker is a child process that
+    talks over a pipe, not HTTP (a note is logged if set)."""
+    worker_port: int | None = None
+    """Accepted from the seed's settings and not used (see WORKER_HOST)."""
     worker_kill_grace: float = Field(default=10.0, gt=0)
     """Worker mode: a job whose callers are gone but whose generation has not stopped this
     many seconds later (or that runs past REQUEST_TIMEOUT plus this) is killed with its
@@ -100,11 +140,22 @@ class Settings(BaseSettings):
     segment_vad: bool = True
     """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
 
+    sse_chunk_seconds: float | None = Field(default=None, ge=5, le=300)
+    """The seed's SSE chunk length: here it caps the segment length of the streaming routes
+    (`stream=true` and /v1/audio/transcriptions/stream), which still cut at pauses. Unset:
+    SEGMENT_MAX_SECONDS."""
+    sse_overlap_seconds: float | None = Field(default=None, ge=0, le=30)
+    """Accepted from the seed's settings and not used: segments are cut at pauses, so no
+    overlap is decoded twice and nothing needs to be merged (a note is logged if set)."""
+
     asr_use_server_vad: bool = True
     """Default for streaming sessions: Silero VAD ends utterances at silence. Clients can
     override it per connection (`use_server_vad`)."""
     ws_partial_interval: float = Field(default=0.45, ge=0.1, le=10)
     """Seconds of new speech between two partial hypotheses of the open utterance."""
+    ws_buffer_size: int | None = Field(default=None, ge=3200, le=320000)
+    """The seed's partial cadence in bytes of new 16 kHz 16-bit audio (14400 = 0.45 s): when
+    set and WS_PARTIAL_INTERVAL is not, it sets WS_PARTIAL_INTERVAL (bytes / 32000)."""
     ws_end_silence_ms: int = Field(default=500, ge=100, le=5000)
     """Silence that ends an utterance (final) when server VAD is on."""
     ws_vad_threshold: float = Field(default=0.5, gt=0, lt=1)
@@ -115,6 +166,9 @@ class Settings(BaseSettings):
     """Partials re-decode at most the last this-many seconds of the open utterance."""
     ws_flush_silence_ms: int = Field(default=600, ge=0, le=3000)
     """Silence padded after the audio on flush, so trailing words are committed."""
+    ws_overlap_size: int | None = None
+    """Accepted from the seed's settings and not used: partials re-decode the open
+    utterance's window, so no overlap between chunks exists (a note is logged if set)."""
     ws_max_frame_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest accepted WebSocket message (binary PCM or JSON)."""
     ws_max_session_s: float = Field(default=3600.0, gt=0)
@@ -135,18 +189,113 @@ class Settings(BaseSettings):
     `http://127.0.0.1:11434/v1`). Unset: translations answer 501."""
     translate_api_key: str | None = None
     """API key for the translation endpoint (any string if it needs none)."""
+    openai_base_url: str | None = None
+    """The seed's name for TRANSLATE_BASE_URL (TRANSLATE_BASE_URL wins if both are set)."""
+    openai_api_key: str | None = None
+    """The seed's name for TRANSLATE_API_KEY (TRANSLATE_API_KEY wins if both are set)."""
+    translate_temperature: float = Field(default=0.3, ge=0, le=2)
+    """Sampling temperature of the translation model for text."""
+    translate_srt_temperature: float = Field(default=0.1, ge=0, le=2)
+    """Sampling temperature of the translation model for subtitles (keeps the cue count)."""
     translate_model: str | None = None
-    """Chat model name for translations."""
+    """Chat model name for translations. Unset with the seed's OPENAI_BASE_URL: the seed's
+    default, `gemma3:12b`."""
     translate_timeout: float = Field(default=120.0, gt=0)
     """Seconds to wait for the translation model per call."""
+
+    subtitle_max_duration: float = Field(default=7.0, ge=1, le=60)
+    """Longest subtitle cue, in seconds (/v1/audio/subtitles, srt translations)."""
+    subtitle_min_duration: float = Field(default=0.833, ge=0, le=10)
+    """A shorter cue is stretched toward this, without reaching into the next cue."""
+    subtitle_pause_threshold: float = Field(default=0.5, gt=0, le=10)
+    """A pause between two words at least this long starts a new cue."""
+    subtitle_min_gap: float = Field(default=0.083, ge=0, le=2)
+    """Seconds kept between the end of a cue and the start of the next."""
 
     api_key: str | None = None
     """If set, every route but /health needs `Authorization: Bearer <API_KEY>`."""
 
     log_level: str = "INFO"
-    """Minimum log level (DEBUG, INFO, WARNING, ...)."""
+    """Minimum log level: TRACE, DEBUG, INFO, SUCCESS, WARNING (WARN), ERROR, CRITICAL
+    (FATAL)."""
     log_json: bool = False
     """Write one JSON object per log line."""
+
+    use_speculative: bool = False
+    """Seed setting, not offered: refused at start if true (docs/MIGRATING.md)."""
+    use_cuda_graphs: bool = False
+    """Seed setting, not offered: refused at start if true (docs/MIGRATING.md)."""
+    onnx_encoder_path: str | None = None
+    """Seed setting, not offered: refused at start if set (docs/MIGRATING.md)."""
+    trt_encoder_path: str | None = None
+    """Seed setting, not offered: refused at start if set (docs/MIGRATING.md)."""
+    numa_node: int | None = None
+    """Seed setting, not offered: refused at start if set (docs/MIGRATING.md)."""
+    use_granian: bool = False
+    """Seed setting, not offered: refused at start if true (docs/MIGRATING.md)."""
+    use_vllm: bool = False
+    """Seed setting, superseded: refused at start if true; use ENGINE=remote with vLLM
+    backends (docs/SCALING.md)."""
+    use_causal_encoder: bool = False
+    """Seed setting (experimental there), not offered: refused at start if true."""
+    pytorch_cuda_alloc_conf: str | None = None
+    """PyTorch's CUDA allocator options (e.g. `expandable_segments:True`), exported to the
+    process environment before torch is imported, if not already set there."""
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = LOG_LEVEL_NAMES.get(value.strip().upper(), value.strip().upper())
+        if level not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (or WARN, FATAL)")
+        return level
+
+    @model_validator(mode="after")
+    def _seed_names(self) -> Settings:
+        """The seed's names for settings we have under our own (ours win), and the seed's
+        settings that are refused. What was overridden or has no effect goes to `notes`."""
+        notes = self._notes
+        for seed, ours in (
+            ("openai_base_url", "translate_base_url"),
+            ("openai_api_key", "translate_api_key"),
+        ):
+            if getattr(self, seed) is None:
+                continue
+            if getattr(self, ours) is None:
+                setattr(self, ours, getattr(self, seed))
+            elif getattr(self, ours) != getattr(self, seed):
+                notes.append(f"{seed.upper()} is ignored: {ours.upper()} is set and wins")
+        if self.openai_base_url is not None and self.translate_model is None:
+            self.translate_model = SEED_TRANSLATE_MODEL
+            notes.append(
+                f"TRANSLATE_MODEL unset: the seed's default {SEED_TRANSLATE_MODEL} is used"
+            )
+        if self.ws_buffer_size is not None:
+            if "ws_partial_interval" in self.model_fields_set:
+                notes.append("WS_BUFFER_SIZE is ignored: WS_PARTIAL_INTERVAL is set and wins")
+            else:
+                self.ws_partial_interval = max(0.1, self.ws_buffer_size / BYTES_PER_SECOND)
+        if self.sse_overlap_seconds:
+            notes.append("SSE_OVERLAP_SECONDS has no effect: segments are cut at pauses")
+        if self.ws_overlap_size:
+            notes.append("WS_OVERLAP_SIZE has no effect: partials re-decode the utterance")
+        if self.worker_host is not None or self.worker_port is not None:
+            notes.append("WORKER_HOST/WORKER_PORT have no effect: the worker talks over a pipe")
+        if self.dual_model:
+            raise ValueError("DUAL_MODEL is not available yet; partials run on MODEL_ID")
+        if self.quantize is not None:
+            raise ValueError(
+                f"QUANTIZE={self.quantize} is not available yet; weights load in DTYPE "
+                "(docs/MIGRATING.md)"
+            )
+        for name, reason in REFUSED.items():
+            if getattr(self, name) not in (None, False, 0):  # the seed's defaults pass
+                raise ValueError(f"{name.upper()} is not offered: {reason}")
+        return self
+
+    def notes(self) -> list[str]:
+        """Start-up log lines about seed settings that were overridden or have no effect."""
+        return list(self._notes)
 
     @property
     def remote_urls(self) -> list[str]:

@@ -79,6 +79,7 @@ class Options:
     temperature: float | None = None
     word_timestamps: bool = False
     priority: int = BATCH
+    max_seconds: float | None = None  # a shorter segment limit (SSE_CHUNK_SECONDS)
 
 
 class TranscriptionService:
@@ -140,9 +141,12 @@ class TranscriptionService:
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
-            limit = None  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
+            limits = []  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
             if options.word_timestamps and engine.word_timestamps == "aligner":
-                limit = int(ALIGNER_MAX_SECONDS * SAMPLE_RATE)
+                limits.append(int(ALIGNER_MAX_SECONDS * SAMPLE_RATE))
+            if options.max_seconds is not None:
+                limits.append(int(options.max_seconds * SAMPLE_RATE))
+            limit = min(limits, default=None)
             word_source = engine.word_timestamps if options.word_timestamps else ""
             long_form = total > min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
             first = limit

@@ -7,6 +7,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
+from .config import Settings
 from .engines.base import Segment, Word
 from .text import is_cjk
 from .timestamps import ensure_words
@@ -19,9 +20,10 @@ CLAUSE_END = tuple(",;:，；：、")
 class CueRules:
     max_line_chars: int = 42
     max_lines: int = 2
-    min_seconds: float = 1.0
-    max_seconds: float = 7.0
-    pause_seconds: float = 0.6
+    min_seconds: float = 0.833  # SUBTITLE_MIN_DURATION (the seed's defaults)
+    max_seconds: float = 7.0  # SUBTITLE_MAX_DURATION
+    pause_seconds: float = 0.5  # SUBTITLE_PAUSE_THRESHOLD
+    min_gap: float = 0.083  # SUBTITLE_MIN_GAP
 
 
 @dataclass
@@ -102,14 +104,28 @@ def _must_break(current: list[Word], word: Word, rules: CueRules) -> bool:
 
 
 def _fix_timing(cues: list[Cue], rules: CueRules) -> list[Cue]:
-    """Stretch short cues toward the minimum without touching the next; never overlap."""
+    """Stretch short cues toward the minimum, keep `min_gap` free before the next cue,
+    never overlap."""
     for i, cue in enumerate(cues):
-        limit = cues[i + 1].start if i + 1 < len(cues) else cue.start + rules.max_seconds
         if i > 0:
             cue.start = max(cue.start, cues[i - 1].end)
+        limit = cue.start + rules.max_seconds
+        if i + 1 < len(cues):
+            limit = min(limit, max(cues[i + 1].start - rules.min_gap, cue.start + 0.001))
         want = max(cue.end, cue.start + rules.min_seconds)
-        cue.end = max(min(want, limit, cue.start + rules.max_seconds), cue.start + 0.001)
+        cue.end = max(min(want, limit), cue.start + 0.001)
     return cues
+
+
+def cue_rules(settings: Settings, max_line_chars: int) -> CueRules:
+    """The subtitle settings (SUBTITLE_*) with a request's line width."""
+    return CueRules(
+        max_line_chars=max_line_chars,
+        min_seconds=settings.subtitle_min_duration,
+        max_seconds=settings.subtitle_max_duration,
+        pause_seconds=settings.subtitle_pause_threshold,
+        min_gap=settings.subtitle_min_gap,
+    )
 
 
 def cue_segments(cues: list[Cue]) -> list[Segment]:

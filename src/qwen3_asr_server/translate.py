@@ -70,12 +70,12 @@ class Translator:
             )
         return self._client
 
-    async def _chat(self, system: str, user: str) -> str:
+    async def _chat(self, system: str, user: str, temperature: float) -> str:
         try:
             response = await self._openai().chat.completions.create(
                 model=self.settings.translate_model,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                temperature=0,
+                temperature=temperature,
             )
         except Exception as exc:
             raise BadGatewayError(
@@ -92,7 +92,8 @@ class Translator:
             f"You are a professional translator. Translate the user's text into {target}. "
             "Keep names and numbers. Reply with the translation only, no notes."
         )
-        return strip_fences(await self._chat(system, text))
+        temperature = self.settings.translate_temperature
+        return strip_fences(await self._chat(system, text, temperature))
 
     async def lines(self, lines: list[str], target: str) -> list[str]:
         """Translate each line; exactly one translation per line, or 502."""
@@ -105,7 +106,8 @@ class Translator:
         )
         user = json.dumps(lines, ensure_ascii=False)
         for attempt in (1, 2):
-            parsed = parse_lines(await self._chat(system, user), len(lines))
+            reply = await self._chat(system, user, self.settings.translate_srt_temperature)
+            parsed = parse_lines(reply, len(lines))
             if parsed is not None:
                 return parsed
             logger.warning("translation reply {} did not match {} lines", attempt, len(lines))

@@ -11,7 +11,7 @@ from ..engines.base import Segment
 from ..errors import BadRequestError
 from ..formats import to_srt, to_vtt
 from ..service import Options
-from ..subtitles import CueRules, build_cues, cue_segments
+from ..subtitles import build_cues, cue_rules, cue_segments
 from .deps import AppContext, get_ctx, require_api_key
 from .transcriptions import read_upload
 
@@ -51,7 +51,7 @@ async def create_subtitles(
     result = await ctx.transcriber.transcribe(
         audio, Options(code, prompt, None, word_timestamps=mode == "accurate")
     )
-    cues = build_cues(result.segments, CueRules(max_line_chars=max_line_chars))
+    cues = build_cues(result.segments, cue_rules(ctx.settings, max_line_chars))
     segments = cue_segments(cues)
     return subtitle_response(segments, response_format, "subtitles")
 

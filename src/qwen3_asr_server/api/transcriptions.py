@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, UploadFile
@@ -168,6 +169,7 @@ async def create_transcription(
     audio = await read_upload(ctx, file)
     decode_seconds = time.perf_counter() - started
     if stream:
+        options = replace(options, max_seconds=ctx.settings.sse_chunk_seconds)
         return sse_response(openai_events(ctx, audio, options))
     result = await service.transcribe(audio, options)
     headers = {"Server-Timing": server_timing(result, decode_seconds)}
@@ -188,5 +190,11 @@ async def stream_transcription(
     code = ctx.transcriber.resolve_language(language)
     ctx.transcriber.check_options(prompt, temperature)
     audio = await read_upload(ctx, file)
-    options = Options(code, prompt, temperature, word_timestamps=return_timestamps)
+    options = Options(
+        code,
+        prompt,
+        temperature,
+        word_timestamps=return_timestamps,
+        max_seconds=ctx.settings.sse_chunk_seconds,
+    )
     return sse_response(seed_events(ctx, audio, options))

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from ..errors import BadRequestError
 from ..formats import language_label
 from ..service import Options
-from ..subtitles import CueRules, build_cues, cue_segments, join_words, wrap
+from ..subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
 from ..text import language_name, parse_language, split_words
 from ..translate import target_name
 from .deps import AppContext, get_ctx, require_api_key
@@ -57,7 +57,7 @@ async def create_translation(
     audio = await read_upload(ctx, file)
     result = await ctx.transcriber.transcribe(audio, Options(None, prompt, temperature))
     if response_format in ("srt", "vtt"):
-        rules = CueRules(max_line_chars=max_line_chars)
+        rules = cue_rules(ctx.settings, max_line_chars)
         cues = build_cues(result.segments, rules)
         texts = await ctx.translator.lines([" ".join(c.lines) for c in cues], target)
         for cue, text in zip(cues, texts, strict=True):
