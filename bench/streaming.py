@@ -29,7 +29,7 @@ from wer import normalize
 TAIL_SILENCE_S = 1.2
 
 
-def run_stream(url: str, names: list[str], out: dict[str, Any]) -> None:
+def run_stream(url: str, names: list[str], out: dict[str, Any], **query: str) -> None:
     pieces, speech_ends, speech_starts, t = [], [], [], 0.0
     for name in names:
         audio = load(name)
@@ -40,7 +40,7 @@ def run_stream(url: str, names: list[str], out: dict[str, Any]) -> None:
         t += len(audio) / 16000 + TAIL_SILENCE_S
     audio = np.concatenate(pieces)
     step = int(16000 * CHUNK_S)
-    with open_ws(url) as ws:
+    with open_ws(url, **query) as ws:
         c = Collector(ws)
         started = time.perf_counter()
         sent = []

@@ -20,6 +20,7 @@ class Recording:
         self.delay = delay
         self.calls: list[float] = []
         self.batch_sizes: list[int] = []
+        self.texts: list[str] = []  # each result's text, in order
         self.lock = threading.Lock()
 
     def __getattr__(self, item: str) -> Any:
@@ -38,8 +39,11 @@ class Recording:
     def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         self._record([request])
         if should_stop is None:
-            return self.inner.transcribe(request)
-        return self.inner.transcribe(request, should_stop)
+            result = self.inner.transcribe(request)
+        else:
+            result = self.inner.transcribe(request, should_stop)
+        self.texts.append(result.text)
+        return result
 
     def transcribe_batch(self, requests: list[Any], should_stop: Any = None) -> Any:
         self._record(requests)

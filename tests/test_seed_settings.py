@@ -107,7 +107,6 @@ def test_the_seed_env_file_starts_the_server(tmp_path: Path) -> None:
         ("ONNX_ENCODER_PATH", "/models/encoder.onnx", "ONNX"),
         ("TRT_ENCODER_PATH", "/models/encoder.trt", "TensorRT"),
         ("NUMA_NODE", 1, "numactl"),
-        ("DUAL_MODEL", True, "not available yet"),
         ("QUANTIZE", "int8", "not available yet"),
     ],
 )

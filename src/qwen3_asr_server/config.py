@@ -69,10 +69,11 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(default=1024, ge=1)
     """Upper bound on tokens the Qwen decoder generates per segment."""
     dual_model: bool = False
-    """Load FAST_MODEL_ID beside MODEL_ID: streaming partials run on the fast model, finals,
-    uploads and subtitles on the main one. Not available yet: refused at start."""
+    """Load FAST_MODEL_ID beside MODEL_ID (both load and unload together): streaming
+    partials run on the fast model, finals, uploads and subtitles on the main one."""
     fast_model_id: str = "Qwen/Qwen3-ASR-0.6B"
-    """The partials' model when DUAL_MODEL is true (any engine: Qwen or whisper)."""
+    """The partials' model when DUAL_MODEL is true: a Qwen checkpoint, or a whisper model
+    (e.g. `whisper-tiny.en`, then only for sessions whose language is English)."""
     quantize: Literal["int8", "fp8"] | None = None
     """The seed's weight quantization (int8: bitsandbytes on CUDA; fp8: torchao, compute
     capability 8.9+). Not available yet: refused at start (docs/MIGRATING.md)."""
@@ -281,8 +282,6 @@ class Settings(BaseSettings):
             notes.append("WS_OVERLAP_SIZE has no effect: partials re-decode the utterance")
         if self.worker_host is not None or self.worker_port is not None:
             notes.append("WORKER_HOST/WORKER_PORT have no effect: the worker talks over a pipe")
-        if self.dual_model:
-            raise ValueError("DUAL_MODEL is not available yet; partials run on MODEL_ID")
         if self.quantize is not None:
             raise ValueError(
                 f"QUANTIZE={self.quantize} is not available yet; weights load in DTYPE "

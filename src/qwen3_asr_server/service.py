@@ -226,7 +226,7 @@ class TranscriptionService:
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
             # A draft (a partial) is ~4x faster on whisper, so a final rarely waits for one.
-            request = TranscribeRequest(samples, language, draft=draft)
+            request = TranscribeRequest(samples, language, draft=draft, partial=partial)
             return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:

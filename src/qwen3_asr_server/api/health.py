@@ -39,6 +39,22 @@ def _worker_info(engine: Any) -> dict[str, Any]:
     return {"worker": {"pid": engine.pid, "state": engine.state, "restarts": engine.restarts}}
 
 
+def _fast_info(engine: Any, loaded: bool) -> dict[str, Any]:
+    """DUAL_MODEL: the partials' model (loaded and unloaded with the main one)."""
+    fast = getattr(engine, "fast", None)
+    if fast is None:
+        return {}
+    return {
+        "fast_model": {
+            "model_id": fast.model_id,
+            "engine": fast.name,
+            "device": fast.device,
+            "loaded": loaded,
+            **_worker_info(fast),
+        }
+    }
+
+
 def _backend_info(engine: Any) -> dict[str, Any]:
     """ENGINE=remote: each backend's state, jobs in flight, latency and errors."""
     backends = backend_status(engine)
@@ -50,6 +66,7 @@ def _backend_info(engine: Any) -> dict[str, Any]:
 @router.get("/health")
 async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
     engine = ctx.manager.engine
+    main = getattr(engine, "main", engine)  # DUAL_MODEL: the main model's facts
     return {
         "status": "ok",
         "model_loaded": ctx.manager.loaded,
@@ -57,9 +74,10 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "model_id": engine.model_id,
         "engine": engine.name,
         "device": engine.device,
-        "dtype": getattr(engine, "dtype", None),  # in use, once loaded (Qwen)
-        "attention": getattr(engine, "attention", None),
-        **_worker_info(engine),
+        "dtype": getattr(main, "dtype", None),  # in use, once loaded (Qwen)
+        "attention": getattr(main, "attention", None),
+        **_worker_info(main),
+        **_fast_info(engine, ctx.manager.loaded),
         **_backend_info(engine),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,

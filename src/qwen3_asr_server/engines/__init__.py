@@ -59,7 +59,25 @@ def detect_engine(model_id: str) -> str:
 
 def create_engine(settings: Settings, inline: bool = False) -> Engine:
     """The engine the settings describe; in worker mode (unless `inline`, which the worker
-    itself passes) a proxy that runs it in a child process."""
+    itself passes) a proxy that runs it in a child process. With DUAL_MODEL, a pair whose
+    fast model (FAST_MODEL_ID, any engine) takes the streaming partials."""
+    engine = _create_one(settings, inline)
+    if not settings.dual_model or inline:
+        return engine
+    from .dual import DualEngine
+
+    fast = settings.model_copy(
+        update={
+            "model_id": settings.fast_model_id,
+            "engine": "auto",
+            "dual_model": False,
+            "forced_aligner_id": None,  # word times come from the main model
+        }
+    )
+    return DualEngine(engine, _create_one(fast, inline))
+
+
+def _create_one(settings: Settings, inline: bool) -> Engine:
     if settings.engine == "remote":
         from .remote import RemoteEngine
 

@@ -47,6 +47,7 @@ class TranscribeRequest:
     temperature: float | None = None
     word_timestamps: bool = False
     draft: bool = False  # a streaming partial, replaced soon: speed may cost some accuracy
+    partial: bool = False  # a streaming partial (DUAL_MODEL runs it on the fast model)
     # One segment of a longer file: decoded the same way alone or in a batch, so that the
     # file's text does not depend on how its segments happened to be grouped.
     long_form: bool = False
