@@ -107,7 +107,7 @@ def test_the_seed_env_file_starts_the_server(tmp_path: Path) -> None:
         ("ONNX_ENCODER_PATH", "/models/encoder.onnx", "ONNX"),
         ("TRT_ENCODER_PATH", "/models/encoder.trt", "TensorRT"),
         ("NUMA_NODE", 1, "numactl"),
-        ("QUANTIZE", "int8", "not available yet"),
+        ("QUANTIZE", "fp8", r"compute capability 8\.9"),
     ],
 )
 def test_each_refused_setting_fails_at_start_with_its_reason(

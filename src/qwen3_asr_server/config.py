@@ -75,8 +75,8 @@ class Settings(BaseSettings):
     """The partials' model when DUAL_MODEL is true: a Qwen checkpoint, or a whisper model
     (e.g. `whisper-tiny.en`, then only for sessions whose language is English)."""
     quantize: Literal["int8", "fp8"] | None = None
-    """The seed's weight quantization (int8: bitsandbytes on CUDA; fp8: torchao, compute
-    capability 8.9+). Not available yet: refused at start (docs/MIGRATING.md)."""
+    """`int8`: on CPU, dynamic int8 quantization of the Qwen decoder's linear layers (whisper
+    is int8 on CPU already). Refused at start: `int8` with DEVICE=cuda, and `fp8`."""
     forced_aligner_id: str | None = None
     """Qwen3-ForcedAligner (HF id or directory, e.g. `Qwen/Qwen3-ForcedAligner-0.6B`) for word
     timestamps with the Qwen engine in its 11 languages; loaded on first use, unloaded with
@@ -282,10 +282,15 @@ class Settings(BaseSettings):
             notes.append("WS_OVERLAP_SIZE has no effect: partials re-decode the utterance")
         if self.worker_host is not None or self.worker_port is not None:
             notes.append("WORKER_HOST/WORKER_PORT have no effect: the worker talks over a pipe")
-        if self.quantize is not None:
+        if self.quantize == "fp8":
             raise ValueError(
-                f"QUANTIZE={self.quantize} is not available yet; weights load in DTYPE "
-                "(docs/MIGRATING.md)"
+                "QUANTIZE=fp8 is not available: it needs a CUDA GPU of compute capability "
+                "8.9+ with torchao, not built or tested here; use DTYPE=bfloat16"
+            )
+        if self.quantize == "int8" and self.device == "cuda":
+            raise ValueError(
+                "QUANTIZE=int8 is implemented on CPU only (the seed's bitsandbytes GPU path is "
+                "not offered); on CUDA use DTYPE=bfloat16"
             )
         for name, reason in REFUSED.items():
             if getattr(self, name) not in (None, False, 0):  # the seed's defaults pass

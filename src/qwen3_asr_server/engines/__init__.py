@@ -124,4 +124,5 @@ def _create_one(settings: Settings, inline: bool) -> Engine:
         # MODEL_ID unset: the driver's presence is only a guess; the engine picks the model
         # for the device torch really sees when it loads.
         defaults=None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
+        quantize=settings.quantize,
     )

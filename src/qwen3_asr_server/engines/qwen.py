@@ -21,7 +21,7 @@ from .base import (
     Word,
     never_stop,
 )
-from .qwen_load import choose_attention, choose_dtype, load_checkpoint
+from .qwen_load import choose_attention, choose_dtype, load_checkpoint, quantize_int8
 from .word_times import words_from_items
 
 SAMPLE_RATE = 16000
@@ -53,8 +53,10 @@ class QwenEngine:
         aligner_id: str | None = None,
         attention: str = "auto",
         defaults: tuple[str, str] | None = None,
+        quantize: str | None = None,
     ) -> None:
         self.model_id = model_id
+        self._quantize = quantize
         self.aligner_id = aligner_id
         self._aligner: Any = None
         self._device_setting = device
@@ -124,6 +126,13 @@ class QwenEngine:
             raise
         except Exception as exc:
             raise ModelLoadError(_load_hint(self.model_id, exc)) from exc
+        if self._quantize == "int8":
+            if cuda:
+                raise ModelLoadError(
+                    "QUANTIZE=int8 is implemented on CPU only (dynamic int8 of the decoder); "
+                    "on CUDA use DTYPE=bfloat16, or vLLM backends (ENGINE=remote)."
+                )
+            quantize_int8(network)
         model = Qwen3ASRModel(
             backend="transformers",
             model=network,

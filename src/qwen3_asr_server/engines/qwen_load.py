@@ -62,3 +62,21 @@ def load_checkpoint(path: str, setting: str, **kwargs: Any) -> Any:
             "of a supported version?"
         )
     return model
+
+
+def quantize_int8(network: Any) -> None:
+    """QUANTIZE=int8 on CPU: PyTorch dynamic int8 quantization (int8 weights, activations
+    quantized per call) of the decoder's linear layers and the LM head, in place. The audio
+    encoder stays float32. Measured in bench/quantize.py."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    spec = {"model": default_dynamic_qconfig, "lm_head": default_dynamic_qconfig}
+    mapping = {torch.nn.Linear: torch.ao.nn.quantized.dynamic.Linear}  # not the embeddings
+    with warnings.catch_warnings():  # torch marks the qint8 tensor API as deprecated
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            network.thinker, qconfig_spec=spec, dtype=torch.qint8, mapping=mapping, inplace=True
+        )
