@@ -11,6 +11,7 @@ output tokens agree with float32 on the same inputs (greedy).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import statistics
 import subprocess
@@ -25,10 +26,25 @@ from streaming_client import load
 
 
 def rss_mb() -> float:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # give freed heap back first: RSS = what is held
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def weight_mb(network: object) -> float:
+    """Bytes of every parameter and buffer, int8 packed weights included, tied ones once."""
+    import torch
+
+    seen, total = set(), 0
+    for value in network.state_dict().values():  # type: ignore[attr-defined]
+        tensors = value if isinstance(value, tuple) else (value,)
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor) and tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                total += tensor.element_size() * tensor.nelement()
+    return total / 2**20
 
 
 def timed(engine: object, audio: object, runs: int) -> tuple[float, str]:
@@ -53,17 +69,33 @@ def run_mode(model: str, mode: str, tokens: int, runs: int) -> dict[str, object]
     )
     engine.load()
     loaded = rss_mb() - base
+    weights = weight_mb(engine._model.model)
     engine._max_new_tokens = 1  # the per-call token budget reads it
     one = [timed(engine, clip, runs)[0] for clip in clips]
     engine._max_new_tokens = tokens
-    many = [timed(engine, clip, runs) for clip in clips]
-    per_token = [(m[0] - o) / (tokens - 1) for m, o in zip(many, one, strict=True)]
-    tokenizer = engine._model.processor.tokenizer
+    network = engine._model.model
+    generate, generated = network.generate, []
+
+    def capture(*args: object, **kwargs: object) -> object:
+        """The generated token ids of each call (the SDK's text may hide them)."""
+        out = generate(*args, **kwargs)
+        sequences = getattr(out, "sequences", out)
+        prompt = kwargs["input_ids"].shape[1]  # type: ignore[attr-defined]
+        generated.append(sequences[0, prompt:].tolist())
+        return out
+
+    network.generate = capture
+    many, ids = [], []
+    for clip in clips:
+        many.append(timed(engine, clip, runs)[0])
+        ids.append(generated[-1])
+    per_token = [(m - o) / (tokens - 1) for m, o in zip(many, one, strict=True)]
     return {
         "rss": loaded,
+        "weights": weights,
         "first": statistics.median(one),
         "per_token": statistics.median(per_token),
-        "ids": [tokenizer.encode(m[1]) for m in many],
+        "ids": ids,
     }
 
 
@@ -97,6 +129,10 @@ def main() -> None:
     print(
         f"| RSS of the loaded model | {f['rss']:.0f} MB | {q['rss']:.0f} MB | "
         f"{q['rss'] / f['rss']:.2f} |"
+    )
+    print(
+        f"| weights in memory | {f['weights']:.0f} MB | {q['weights']:.0f} MB | "
+        f"{q['weights'] / f['weights']:.2f} |"
     )
     print(
         f"| encoder + prefill (1-token call), p50 | {f['first'] * 1000:.0f} ms | "
