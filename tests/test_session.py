@@ -305,3 +305,21 @@ def test_a_draft_stops_at_an_unsure_word_and_at_a_restart() -> None:
     # a word that comes back later is no restart unless the opening pair does
     words = [("The", 0.9), ("train", 0.9), ("to", 0.9), ("the", 0.9), ("city", 0.9)]
     assert Draft(words).confident_text(0.5) == "The train to the city"
+
+
+class Settling(Transcriber):
+    """Partials: a sure three-word draft, then the same with an unsure last word. The second
+    partial's text equals the first (held back), but its stable text has grown."""
+
+    async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> Any:
+        await super().__call__(audio, language, partial)
+        if not partial:
+            return "one two three"
+        sure = sum(1 for _ in self.calls) <= 1
+        return Draft([("one", 0.9), ("two", 0.9), ("three", 0.9 if sure else 0.1)])
+
+
+async def test_a_partial_whose_stable_text_grew_is_sent() -> None:
+    events = await run(load("sentence_02.wav"), Settling())
+    partials = [(e["text"], e["stable_text"]) for e in events if e["type"] == "partial"]
+    assert partials[:2] == [("one two", ""), ("one two", "one two")], partials

@@ -81,7 +81,7 @@ class _Utterance:
         self.length = 0
         self.start_sample = start_sample
         self.partials = 0  # partials sent for this utterance
-        self.shown = ""  # the last partial's text
+        self.shown = ("", "")  # the last partial's text and stable text
 
     def add(self, samples: np.ndarray) -> None:
         self.buf[self.length : self.length + len(samples)] = samples
@@ -352,10 +352,10 @@ class StreamSession:
             text = shown = hypothesis
         stable = self._agreement.update(text)
         shown = held_back(shown, stable)
-        if not shown or shown == utt.shown:
+        if not shown or (shown, stable) == utt.shown:
             return  # nothing (confident) to add: the last partial stands
         utt.partials += 1
-        utt.shown = shown
+        utt.shown = (shown, stable)
         await self._emit(
             {
                 "type": "partial",
