@@ -121,9 +121,9 @@ def test_a_full_queue_refuses_uploads_before_decoding(
     decoded: list[int] = []
     real_decode = transcriptions.decode_audio
 
-    def counting_decode(data: bytes, **kw: Any) -> Any:
-        decoded.append(len(data))
-        return real_decode(data, **kw)
+    def counting_decode(source: Any, **kw: Any) -> Any:
+        decoded.append(1)
+        return real_decode(source, **kw)
 
     monkeypatch.setattr(transcriptions, "decode_audio", counting_decode)
     settings = qwen_settings(max_queue=1)

@@ -25,6 +25,7 @@ from .api.deps import AppContext
 from .api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestContextMiddleware
 from .api.openapi import install_openapi
 from .api.ui import install_ui
+from .budget import AudioBudget
 from .config import Settings
 from .engines import Engine, backend_status, create_engine
 from .errors import APIError, install_error_handlers
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         )
         vad = SileroModel()
         sessions = SessionRegistry(settings.ws_max_sessions)
+        budget = AudioBudget(settings.max_pending_audio_seconds)
         app.state.ctx = AppContext(
             settings=settings,
             manager=manager,
@@ -79,6 +81,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             vad=vad,
             sessions=sessions,
             metrics=metrics,
+            budget=budget,
             started_at=time.monotonic(),
             started_wall=time.time(),
         )
@@ -88,6 +91,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 "load_seconds": manager.last_load_seconds,
                 "queue_depth": scheduler.depth,
                 "sessions": len(sessions),
+                "pending_audio_seconds": budget.in_use,
+                "pending_audio_limit_seconds": budget.limit,
+                "audio_budget_refusals": budget.refused,
                 "loads": manager.loads,
                 "unloads": manager.unloads,
                 "worker_restarts": getattr(chosen, "restarts", 0),

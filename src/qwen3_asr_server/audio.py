@@ -1,13 +1,15 @@
-"""Decode uploaded bytes into mono float32 at 16 kHz; PCM helpers.
+"""Decode uploads into mono float32 at 16 kHz; PCM helpers.
 
 soundfile handles wav/flac/ogg/mp3; PyAV handles what soundfile cannot (m4a, mp4, webm, ...).
-Raw `audio/pcm` uploads are s16le, 16 kHz, mono.
+Raw `audio/pcm` uploads are s16le, 16 kHz, mono. An upload is read from its (spooled)
+file, so its bytes are not held in memory beside the decoded audio.
 """
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -41,24 +43,65 @@ def is_raw_pcm(content_type: str | None, filename: str | None) -> bool:
     return ctype in PCM_TYPES or (filename or "").lower().endswith(PCM_SUFFIXES)
 
 
+Source = bytes | BinaryIO  # the upload's bytes, or a seekable file holding them
+
+
+def _rewound(source: Source) -> BinaryIO:
+    """A file positioned at the start of the upload (bytes are wrapped, not copied)."""
+    if isinstance(source, bytes):
+        return io.BytesIO(source)
+    source.seek(0)
+    return source
+
+
+def _size(source: Source) -> int:
+    if isinstance(source, bytes):
+        return len(source)
+    return source.seek(0, io.SEEK_END)
+
+
 def decode_audio(
-    data: bytes,
+    source: Source,
     *,
     content_type: str | None = None,
     filename: str | None = None,
     max_seconds: float | None = None,
 ) -> Audio:
     """Decode any supported upload to mono float32 16 kHz, or raise an APIError."""
-    if not data:
+    if not _size(source):
         raise BadRequestError("The uploaded file is empty.", param="file", code="empty_file")
     if is_raw_pcm(content_type, filename):
-        audio = Audio(pcm16_to_float(data), SAMPLE_RATE)
+        audio = Audio(pcm16_to_float(_rewound(source).read()), SAMPLE_RATE)
     else:
-        audio = _decode_container(data, max_seconds)
+        audio = _decode_container(source, max_seconds)
     if len(audio.samples) == 0:
         raise BadRequestError("The audio contains no samples.", param="file", code="empty_audio")
     _check_duration(audio.duration, max_seconds)
     return audio
+
+
+def probe_seconds(
+    source: Source, *, content_type: str | None = None, filename: str | None = None
+) -> float | None:
+    """The duration the container's header gives, without decoding; None when it does not
+    say (or the bytes are not audio: decoding reports that)."""
+    if is_raw_pcm(content_type, filename):
+        return _size(source) // 2 / SAMPLE_RATE
+    try:
+        info = sf.info(_rewound(source))
+        if info.frames > 0 and info.samplerate > 0:
+            return float(info.frames / info.samplerate)
+    except Exception:
+        pass
+    try:
+        import av
+
+        with av.open(_rewound(source), mode="r") as container:
+            if container.duration and container.duration > 0:
+                return float(container.duration / 1_000_000)  # microseconds
+    except Exception:
+        pass
+    return None
 
 
 def _check_duration(seconds: float, max_seconds: float | None) -> None:
@@ -97,18 +140,18 @@ def _mono(block: np.ndarray) -> np.ndarray:
     return block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
 
 
-def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
+def _decode_container(source: Source, max_seconds: float | None) -> Audio:
     try:
-        info = sf.info(io.BytesIO(data))
+        info = sf.info(_rewound(source))
     except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
-        return _decode_with_av(data, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
+        return _decode_with_av(source, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
     if info.frames > 0:  # some formats report no frame count until decoded
         _check_duration(info.frames / info.samplerate, max_seconds)
     rate = int(info.samplerate)
     out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE)
     resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     try:
-        with sf.SoundFile(io.BytesIO(data)) as f:
+        with sf.SoundFile(_rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
                 mono = _mono(block)
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
@@ -119,12 +162,12 @@ def _decode_container(data: bytes, max_seconds: float | None) -> Audio:
     return Audio(out.result(), rate)
 
 
-def _decode_with_av(data: bytes, max_seconds: float | None, first_error: str) -> Audio:
+def _decode_with_av(source: Source, max_seconds: float | None, first_error: str) -> Audio:
     import av  # PyAV: FFmpeg bindings, imported only for formats soundfile cannot read
 
     limit = int(max_seconds * SAMPLE_RATE) + SAMPLE_RATE if max_seconds else None
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
+        with av.open(_rewound(source), mode="r") as container:
             if not container.streams.audio:
                 raise InvalidAudioError("The file has no audio stream.", param="file")
             stream = container.streams.audio[0]

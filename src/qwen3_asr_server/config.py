@@ -134,6 +134,10 @@ class Settings(BaseSettings):
     """Largest accepted upload, in MB (10^6 bytes)."""
     max_audio_seconds: float = Field(default=3600.0, gt=0)
     """Longest accepted audio, in seconds."""
+    max_pending_audio_seconds: float = Field(default=14400.0, gt=0)
+    """Seconds of decoded audio that all uploads together may hold in memory (float32 at
+    16 kHz: 4 hours is about 0.9 GB). An upload that would go past it gets 503 with
+    Retry-After before it is decoded."""
 
     segment_max_seconds: float = Field(default=30.0, ge=5, le=300)
     """Long audio is cut into segments of at most this length, at pauses; each is its own

@@ -117,12 +117,24 @@ class StateCollector(Collector):
             "asr_model_load_seconds": ("Duration of the last model load.", s["load_seconds"]),
             "asr_queue_depth": ("Jobs waiting in the inference queue.", s["queue_depth"]),
             "asr_streaming_sessions": ("Streaming sessions open.", s["sessions"]),
+            "asr_pending_audio_seconds": (
+                "Seconds of decoded audio held by uploads (MAX_PENDING_AUDIO_SECONDS budget).",
+                s["pending_audio_seconds"],
+            ),
+            "asr_pending_audio_limit_seconds": (
+                "MAX_PENDING_AUDIO_SECONDS.",
+                s["pending_audio_limit_seconds"],
+            ),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=float(value))
         counters = {
             "asr_model_loads": ("Model loads.", s["loads"]),
             "asr_model_unloads": ("Model unloads (idle or shutdown).", s["unloads"]),
+            "asr_audio_budget_refusals": (
+                "Uploads answered 503 because the decoded-audio budget was spent.",
+                s["audio_budget_refusals"],
+            ),
             "asr_worker_restarts": (
                 "Inference worker processes that died or were killed.",
                 s["worker_restarts"],

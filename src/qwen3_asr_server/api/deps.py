@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from ..budget import AudioBudget
 from ..config import Settings
 from ..errors import AuthError
 from ..lifecycle import ModelManager
@@ -30,6 +31,7 @@ class AppContext:
     vad: SileroModel
     sessions: SessionRegistry
     metrics: Metrics
+    budget: AudioBudget  # decoded audio held by uploads
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
 

@@ -82,6 +82,8 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),
+        "pending_audio_seconds": round(ctx.budget.in_use, 1),
+        "max_pending_audio_seconds": ctx.budget.limit,
         "uptime_s": round(time.monotonic() - ctx.started_at, 3),
         "last_load_error": ctx.manager.last_error,
         "load_retry_in_s": round(ctx.manager.retry_in(), 1),

@@ -1,10 +1,12 @@
-"""Pure ASGI middleware: request ids, last-resort errors, and the upload size limit."""
+"""Pure ASGI middleware: request ids, last-resort errors, releases at the end of a request,
+and the upload size limit."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -15,6 +17,13 @@ from ..logging import REQUEST_ID
 from ..metrics import Metrics
 
 HEADER = b"x-request-id"
+RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
+
+
+def on_request_end(scope: Scope, release: Callable[[], None]) -> None:
+    """Run `release` once the request has ended, however it ended: response sent, client
+    gone mid-stream, or an error."""
+    scope[RELEASES].append(release)
 
 
 def _error_response(status: int, body: dict[str, Any], request_id: str) -> tuple[Message, Message]:
@@ -33,8 +42,9 @@ def _error_response(status: int, body: dict[str, Any], request_id: str) -> tuple
 
 class RequestContextMiddleware:
     """Give every request an id (the client's X-Request-ID or a new one), put it in the
-    logging context and on the response, and turn an unhandled exception into a 500 in
-    OpenAI's error shape (with the id) instead of a bare text body."""
+    logging context and on the response, turn an unhandled exception into a 500 in
+    OpenAI's error shape (with the id) instead of a bare text body, and run the request's
+    releases (`on_request_end`) when it is over."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -49,6 +59,7 @@ class RequestContextMiddleware:
             given = next((p[11:] for p in qs.split("&") if p.startswith("request_id=")), "")
         request_id = given[:128] if given else uuid.uuid4().hex
         token = REQUEST_ID.set(request_id)
+        scope[RELEASES] = []
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -70,6 +81,8 @@ class RequestContextMiddleware:
             for message in _error_response(500, body, request_id):
                 await send(message)
         finally:
+            for release in scope.pop(RELEASES):
+                release()
             REQUEST_ID.reset(token)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
 
 from ..engines.base import Segment
@@ -13,6 +13,7 @@ from ..formats import to_srt, to_vtt
 from ..service import Options
 from ..subtitles import build_cues, cue_rules, cue_segments
 from .deps import AppContext, get_ctx, require_api_key
+from .disconnect import unless_client_leaves
 from .transcriptions import read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -34,6 +35,7 @@ def check_accurate(ctx: AppContext) -> None:
 async def create_subtitles(
     file: Annotated[UploadFile, File(description="The audio file to subtitle.")],
     ctx: Annotated[AppContext, Depends(get_ctx)],
+    request: Request,
     model: Annotated[str | None, Form()] = None,
     language: Annotated[str | None, Form()] = None,
     prompt: Annotated[str | None, Form()] = None,
@@ -47,10 +49,9 @@ async def create_subtitles(
     ctx.transcriber.check_options(prompt, None)
     if mode == "accurate":
         check_accurate(ctx)
-    audio = await read_upload(ctx, file)
-    result = await ctx.transcriber.transcribe(
-        audio, Options(code, prompt, None, word_timestamps=mode == "accurate")
-    )
+    audio = await read_upload(ctx, request, file)
+    options = Options(code, prompt, None, word_timestamps=mode == "accurate")
+    result = await unless_client_leaves(request, ctx.transcriber.transcribe(audio, options))
     cues = build_cues(result.segments, cue_rules(ctx.settings, max_line_chars))
     segments = cue_segments(cues)
     return subtitle_response(segments, response_format, "subtitles")

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ..audio import Audio, decode_audio
+from ..audio import Audio, decode_audio, probe_seconds
 from ..errors import BadRequestError, QueueFullError, TooLargeError
 from ..formats import (
     json_body,
@@ -25,6 +25,8 @@ from ..formats import (
 from ..service import Options, Transcription, overall_language
 from ..text import join_texts
 from .deps import AppContext, get_ctx, require_api_key
+from .disconnect import unless_client_leaves
+from .middleware import on_request_end
 from .sse import sse_response
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
@@ -33,27 +35,33 @@ ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 GRANULARITIES = {"word", "segment"}
 
 
-async def read_upload(ctx: AppContext, file: UploadFile) -> Audio:
-    """Read (bounded) and decode an uploaded file off the event loop.
+async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Audio:
+    """Read (bounded) and decode an uploaded file off the event loop, within the
+    decoded-audio budget (MAX_PENDING_AUDIO_SECONDS), held until the request ends.
 
-    A full queue refuses the upload first: decoding a file that cannot be queued would
-    spend CPU and memory on work that is thrown away."""
+    A full queue or a spent budget refuses the upload first: decoding a file that cannot be
+    queued would spend CPU and memory on work that is thrown away. The duration is taken
+    from the container's header before decoding; when it has none, the audio is refused
+    after decoding instead."""
     if ctx.scheduler.depth >= ctx.scheduler.max_queue:
         raise QueueFullError()
+    ctx.budget.check_room()
     limit = ctx.settings.max_upload_bytes
-    data = await file.read(limit + 1)
-    if len(data) > limit:
+    if (file.size or 0) > limit:  # the body limit middleware already cut bigger bodies
         raise TooLargeError(
             f"The file is larger than the {ctx.settings.max_upload_mb:g} MB limit (MAX_UPLOAD_MB).",
             param="file",
         )
-    return await asyncio.to_thread(
-        decode_audio,
-        data,
-        content_type=file.content_type,
-        filename=file.filename,
-        max_seconds=ctx.settings.max_audio_seconds,
+    # Read from the spooled file (on disk past 1 MB), not a bytes copy held in memory.
+    kind = {"content_type": file.content_type, "filename": file.filename}
+    estimate = await asyncio.to_thread(probe_seconds, file.file, **kind)
+    reservation = ctx.budget.reserve(min(estimate or 0.0, ctx.settings.max_audio_seconds))
+    on_request_end(request.scope, reservation.release)
+    audio = await asyncio.to_thread(
+        decode_audio, file.file, **kind, max_seconds=ctx.settings.max_audio_seconds
     )
+    reservation.grow_to(audio.duration)
+    return audio
 
 
 def server_timing(result: Transcription, decode_seconds: float) -> str:
@@ -142,6 +150,7 @@ async def seed_events(
 async def create_transcription(
     file: Annotated[UploadFile, File(description="The audio file to transcribe.")],
     ctx: Annotated[AppContext, Depends(get_ctx)],
+    request: Request,
     model: Annotated[str | None, Form()] = None,
     language: Annotated[str | None, Form()] = None,
     prompt: Annotated[str | None, Form()] = None,
@@ -166,12 +175,12 @@ async def create_transcription(
     words = return_timestamps or ("word" in granularities and response_format == "verbose_json")
     options = Options(code, prompt, temperature, words)
     started = time.perf_counter()
-    audio = await read_upload(ctx, file)
+    audio = await read_upload(ctx, request, file)
     decode_seconds = time.perf_counter() - started
     if stream:
         options = replace(options, max_seconds=ctx.settings.sse_chunk_seconds)
         return sse_response(openai_events(ctx, audio, options))
-    result = await service.transcribe(audio, options)
+    result = await unless_client_leaves(request, service.transcribe(audio, options))
     headers = {"Server-Timing": server_timing(result, decode_seconds)}
     return format_response(result, response_format, options, headers)
 
@@ -180,6 +189,7 @@ async def create_transcription(
 async def stream_transcription(
     file: Annotated[UploadFile, File(description="The audio file to transcribe.")],
     ctx: Annotated[AppContext, Depends(get_ctx)],
+    request: Request,
     model: Annotated[str | None, Form()] = None,
     language: Annotated[str | None, Form()] = None,
     prompt: Annotated[str | None, Form()] = None,
@@ -189,7 +199,7 @@ async def stream_transcription(
     """The seed's SSE endpoint: one `segment` event per finished segment, then `done`."""
     code = ctx.transcriber.resolve_language(language)
     ctx.transcriber.check_options(prompt, temperature)
-    audio = await read_upload(ctx, file)
+    audio = await read_upload(ctx, request, file)
     options = Options(
         code,
         prompt,

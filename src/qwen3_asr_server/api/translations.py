@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..errors import BadRequestError
@@ -19,6 +19,7 @@ from ..subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
 from ..text import language_name, parse_language, split_words
 from ..translate import target_name
 from .deps import AppContext, get_ctx, require_api_key
+from .disconnect import unless_client_leaves
 from .subtitles import subtitle_response
 from .transcriptions import read_upload
 
@@ -43,6 +44,7 @@ def resolve_target(value: str | None) -> str:
 async def create_translation(
     file: Annotated[UploadFile, File(description="The audio file to translate.")],
     ctx: Annotated[AppContext, Depends(get_ctx)],
+    request: Request,
     model: Annotated[str | None, Form()] = None,
     prompt: Annotated[str | None, Form()] = None,
     response_format: Annotated[Literal["json", "text", "srt", "vtt"], Form()] = "json",
@@ -54,8 +56,10 @@ async def create_translation(
     code = resolve_target(language)
     target = target_name(code, language_name(code))
     ctx.transcriber.check_options(prompt, temperature)
-    audio = await read_upload(ctx, file)
-    result = await ctx.transcriber.transcribe(audio, Options(None, prompt, temperature))
+    audio = await read_upload(ctx, request, file)
+    result = await unless_client_leaves(
+        request, ctx.transcriber.transcribe(audio, Options(None, prompt, temperature))
+    )
     if response_format in ("srt", "vtt"):
         rules = cue_rules(ctx.settings, max_line_chars)
         cues = build_cues(result.segments, rules)
