@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 
 export HOST PORT
 
-.PHONY: install install-dev run test lint format bench clean e2e image-test browser
+.PHONY: install install-dev run test lint format bench clean e2e image-test browser clients
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,25 @@ browser:
 		apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; \
 	fi
 
-test: install-dev lint browser
+# Third-party clients for tests/test_clients.py: the npm project (OpenAI Node SDK, Vercel AI
+# SDK) from its lock file, and LiteLLM in a venv of its own (it pins an older openai SDK than
+# the tests use). Each download is tried twice.
+CLIENTS := tests/clients
+LITELLM := litellm==1.106.2
+
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package-lock.json
+	cd $(CLIENTS) && { npm ci --no-audit --no-fund || npm ci --no-audit --no-fund; }
+	touch $@
+
+$(CLIENTS)/.venv-litellm/.installed:
+	$(PYTHON) -m venv $(CLIENTS)/.venv-litellm
+	$(CLIENTS)/.venv-litellm/bin/pip install -q "$(LITELLM)" || \
+		$(CLIENTS)/.venv-litellm/bin/pip install -q "$(LITELLM)"
+	touch $@
+
+clients: $(CLIENTS)/node_modules/.installed $(CLIENTS)/.venv-litellm/.installed
+
+test: install-dev lint browser clients
 	$(BIN)/python -m pytest tests
 
 bench: install-dev

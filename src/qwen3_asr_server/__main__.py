@@ -33,6 +33,8 @@ def main() -> None:
         log_config=None,  # our InterceptHandler routes uvicorn's logs through loguru
         access_log=True,
         ws_max_size=4 * settings.ws_max_frame_bytes,  # beyond: the protocol closes (1009)
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
     )
     Server(config).run()
 

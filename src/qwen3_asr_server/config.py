@@ -5,6 +5,7 @@ Nothing else in the package reads `os.environ`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -50,6 +51,11 @@ class Settings(BaseSettings):
     """Interface to listen on."""
     port: int = Field(default=8100, ge=1, le=65535)
     """TCP port to listen on."""
+    ssl_certfile: Path | None = None
+    """TLS certificate (PEM, with its chain): the server speaks https and wss itself.
+    Needs SSL_KEYFILE."""
+    ssl_keyfile: Path | None = None
+    """TLS private key (PEM) for SSL_CERTFILE."""
 
     model_id: str | None = None
     """HF repo id, local directory, or `whisper-tiny.en` (bundled offline model).
@@ -308,6 +314,15 @@ class Settings(BaseSettings):
     @property
     def remote_urls(self) -> list[str]:
         return [u.strip().rstrip("/") for u in (self.remote_backends or "").split(",") if u.strip()]
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("TLS needs both SSL_CERTFILE and SSL_KEYFILE (PEM files).")
+        for name, path in (("SSL_CERTFILE", self.ssl_certfile), ("SSL_KEYFILE", self.ssl_keyfile)):
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {path} is not a readable file.")
+        return self
 
     @model_validator(mode="after")
     def _check_remote(self) -> Settings:

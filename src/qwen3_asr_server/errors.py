@@ -141,6 +141,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
     message = f"{param}: {first.get('msg', 'invalid value')}" if param else "Invalid request."
+    if param == "file" and "UploadFile" in message:  # a text field, or filename="" (same thing)
+        message = (
+            "file: a file is required. Send the audio as a multipart file part with a "
+            'filename (a part with filename="" arrives as a plain text field).'
+        )
     route = getattr(request.scope.get("route"), "path", None)
     missing = first.get("type") == "missing"
     status = 422 if missing and route in MISSING_FIELD_422_ROUTES else 400

@@ -45,8 +45,9 @@ def json_body(result: Transcription) -> dict[str, Any]:
 def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
     """OpenAI's schema requires avg_logprob, compression_ratio and no_speech_prob as numbers.
     Where the engine has none (Qwen), compression_ratio is computed from the text as whisper
-    does, and avg_logprob / no_speech_prob are 0.0: "no evidence of a problem", which is
-    what clients that filter on them (avg_logprob < -1, no_speech_prob > 0.6) should read."""
+    does, no_speech_prob comes from the VAD (`vad.fill_no_speech_probs`, filled by the route),
+    and avg_logprob is 0.0: "no evidence of a problem", which is what clients that filter on
+    it (avg_logprob < -1) should read."""
     ratio = s.compression_ratio if s.compression_ratio is not None else compression_ratio(s.text)
     return {
         "id": i,

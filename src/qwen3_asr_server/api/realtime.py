@@ -144,7 +144,9 @@ async def realtime(websocket: WebSocket) -> None:
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
     async def emit(event: dict[str, Any]) -> None:
-        await outbox.put(*to_openai(event, state))
+        converted = to_openai(event, state)
+        if converted is not None:
+            await outbox.put(*converted)
 
     session = new_session(ctx, base_config(ctx, state.use_vad, None), emit, drafts=False)
     refused = await register(ctx, session, outbox)
@@ -172,9 +174,21 @@ async def realtime(websocket: WebSocket) -> None:
     await serve_session(ctx, websocket, session, outbox, on_message, idle)
 
 
-def to_openai(event: dict[str, Any], state: RealtimeState) -> tuple[dict[str, Any], bool]:
-    """Session event -> (OpenAI server event, droppable)."""
+def new_stable_text(event: dict[str, Any], state: RealtimeState) -> str:
+    """The stable text of a partial that no delta of its utterance has carried yet."""
+    sent = state.sent.get(event.get("utterance", 0), "")
+    stable: str = event["stable_text"]
+    return stable[len(sent) :] if stable.startswith(sent) else ""
+
+
+def to_openai(event: dict[str, Any], state: RealtimeState) -> tuple[dict[str, Any], bool] | None:
+    """Session event -> (OpenAI server event, droppable), or None when OpenAI would send
+    nothing: speech started/stopped without turn detection, a delta with no new text."""
     kind, utt = event["type"], event.get("utterance", 0)
+    if kind in ("speech_started", "speech_stopped") and not state.use_vad:
+        return None
+    if kind == "partial" and not new_stable_text(event, state):
+        return None
     item = item_id(utt, state)
     base = {"event_id": event_id(), "item_id": item}
     if kind == "speech_started":
@@ -191,12 +205,10 @@ def to_openai(event: dict[str, Any], state: RealtimeState) -> tuple[dict[str, An
         state.previous_item = item
         return {**base, **committed}, False
     if kind == "partial":
-        sent = state.sent.get(utt, "")
-        stable = event["stable_text"]
-        delta = stable[len(sent) :] if stable.startswith(sent) else ""
-        state.sent[utt] = sent + delta
+        delta = new_stable_text(event, state)
+        state.sent[utt] = state.sent.get(utt, "") + delta
         body = {"type": "conversation.item.input_audio_transcription.delta", "delta": delta}
-        return {**base, "content_index": 0, **body}, not delta
+        return {**base, "content_index": 0, **body}, False
     if kind == "final":
         state.sent.pop(utt, None)
         return {

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from loguru import logger
 
 from ..audio import Audio, decode_audio, probe_seconds
 from ..errors import BadRequestError, QueueFullError, TooLargeError
@@ -24,6 +25,7 @@ from ..formats import (
 )
 from ..service import Options, Transcription, overall_language
 from ..text import join_texts
+from ..vad import fill_no_speech_probs
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .middleware import on_request_end
@@ -168,10 +170,10 @@ async def create_transcription(
     service.check_options(prompt, temperature)
     granularities = parse_granularities(timestamp_granularities)
     if stream and response_format not in ("json", "text"):
-        raise BadRequestError(
-            "stream=true returns transcript.text.* events; use response_format json or text.",
-            param="stream",
-        )
+        # As OpenAI does for formats that cannot stream: the normal body (LiteLLM sends
+        # stream=true with verbose_json).
+        logger.debug("stream=true ignored for response_format={}", response_format)
+        stream = False
     words = return_timestamps or ("word" in granularities and response_format == "verbose_json")
     options = Options(code, prompt, temperature, words)
     started = time.perf_counter()
@@ -181,6 +183,8 @@ async def create_transcription(
         options = replace(options, max_seconds=ctx.settings.sse_chunk_seconds)
         return sse_response(openai_events(ctx, audio, options))
     result = await unless_client_leaves(request, service.transcribe(audio, options))
+    if response_format == "verbose_json":  # OpenAI's schema wants a number for every segment
+        await asyncio.to_thread(fill_no_speech_probs, ctx.vad, audio.samples, result.segments)
     headers = {"Server-Timing": server_timing(result, decode_seconds)}
     return format_response(result, response_format, options, headers)
 
