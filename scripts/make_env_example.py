@@ -8,10 +8,7 @@ with its default and its docstring. Run it after adding or changing a setting:
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
 import sys
-import textwrap
 import typing
 from pathlib import Path
 from typing import Any
@@ -35,21 +32,9 @@ HEADER = """\
 """
 
 
-def field_docs(cls: type = Settings) -> dict[str, str]:
-    """Attribute docstrings: the string literal right after each annotated field."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, after in zip(body, [*body[1:], None], strict=True):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(after.value.value)
-    return docs
+def field_docs(cls: type[Settings] = Settings) -> dict[str, str]:
+    """Each field's docstring (Settings keeps them as descriptions)."""
+    return {name: field.description or "" for name, field in cls.model_fields.items()}
 
 
 def env_value(value: Any) -> str:

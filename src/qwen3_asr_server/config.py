@@ -42,8 +42,13 @@ class Settings(BaseSettings):
     """Server settings. Field names are the env var names, case-insensitive."""
 
     # An empty value (`NAME=`, as the seed's .env.example has them) means unset.
+    # Each field's docstring is its description (the CLI's --help, .env.example).
     model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", protected_namespaces=(), env_ignore_empty=True
+        env_file=".env",
+        extra="ignore",
+        protected_namespaces=(),
+        env_ignore_empty=True,
+        use_attribute_docstrings=True,
     )
     _notes: list[str] = PrivateAttr(default_factory=list)
 

@@ -1,4 +1,5 @@
-"""uvicorn.Server that finalizes streaming sessions before closing their sockets.
+"""Run the server: uvicorn with our app, and a uvicorn.Server that finalizes streaming
+sessions before closing their sockets.
 
 uvicorn closes WebSocket connections before it runs the app's lifespan shutdown, so a final
 produced there could only be logged. This server asks the app first.
@@ -6,10 +7,13 @@ produced there could only be logged. This server asks the app first.
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
 import uvicorn
+
+from .config import Settings
 
 
 class Server(uvicorn.Server):
@@ -18,3 +22,21 @@ class Server(uvicorn.Server):
         if ctx is not None:
             await ctx.sessions.close_all()  # open utterances get their finals, then close
         await super().shutdown(sockets)
+
+
+def serve(settings: Settings) -> None:
+    from .app import create_app
+
+    if settings.pytorch_cuda_alloc_conf:  # torch reads it from the environment
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.pytorch_cuda_alloc_conf)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # our InterceptHandler routes uvicorn's logs through loguru
+        access_log=True,
+        ws_max_size=4 * settings.ws_max_frame_bytes,  # beyond: the protocol closes (1009)
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
+    )
+    Server(config).run()

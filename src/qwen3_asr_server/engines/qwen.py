@@ -374,8 +374,8 @@ def _load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:
         reason = reason[:400] + "..."
     return (
         f"Could not load {model_id!r} ({setting}: {reason}). "
-        "If this machine is offline, download the model where it has internet "
-        f"(`huggingface-cli download {model_id}`) and copy the HF cache here, or set {setting} "
-        "to a local model directory. MODEL_ID=whisper-tiny.en serves the bundled offline "
-        "model instead."
+        f"Run `qwen3-asr-server download {model_id}`; if this machine is offline, run "
+        f"`qwen3-asr-server download {model_id} --to DIR` where it has internet, copy DIR "
+        f"here and set {setting}=DIR. `qwen3-asr-server check` lists what else is missing. "
+        "MODEL_ID=whisper-tiny.en serves the bundled offline model instead."
     )

@@ -1,0 +1,136 @@
+"""`qwen3-asr-server check`: can this machine serve the configured model? Answered without
+starting the server; every problem gets a one-line fix and the exit code is 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Settings
+from .download import Cached, find_cached, size_mb
+from .engines import detect_engine, gpu_present
+from .engines.base import ModelLoadError
+from .engines.probe import Machine, installed, probe
+from .engines.qwen_load import choose_dtype
+
+HEADROOM_MB = 1000  # activations, the server itself, the VAD
+EXTRAS = {  # engine -> (modules, the extra that installs them)
+    "qwen": (("torch", "transformers", "qwen_asr"), "qwen"),
+    "whisper": (("faster_whisper", "ctranslate2"), "whisper"),
+}
+
+
+@dataclass
+class Finding:
+    ok: bool
+    text: str
+    fix: str = ""
+
+
+def available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def engine_of(settings: Settings, model_id: str) -> str:
+    if settings.engine != "auto":
+        return settings.engine
+    try:
+        return detect_engine(model_id)
+    except ModelLoadError:
+        return "qwen"
+
+
+def extras(engine: str, settings: Settings) -> list[Finding]:
+    found = []
+    if engine in EXTRAS:
+        modules, extra = EXTRAS[engine]
+        absent = [m for m in modules if not installed(m)]
+        fix = f"pip install 'qwen3-asr-server[{extra}]'"
+        text = f"{engine} engine packages: " + (f"missing {', '.join(absent)}" if absent else "ok")
+        found.append(Finding(not absent, text, fix))
+    if settings.segment_vad:
+        absent = [m for m in ("silero_vad", "onnxruntime") if not installed(m)]
+        text = "Silero VAD: " + (f"missing {', '.join(absent)}" if absent else "ok")
+        fix = "pip install 'qwen3-asr-server[vad]' (or SEGMENT_VAD=false)"
+        found.append(Finding(not absent, text, fix))
+    return found
+
+
+def device(engine: str, settings: Settings, machine: Machine) -> tuple[list[Finding], str, bool]:
+    """Findings about torch/CUDA, the dtype and whether the engine would use CUDA."""
+    cuda_seen = machine.cuda if engine == "qwen" else machine.ctranslate2_cuda > 0
+    cuda = settings.device == "cuda" or (settings.device == "auto" and cuda_seen)
+    torch_text = (
+        f"torch {machine.torch} (built for CUDA {machine.torch_cuda or 'none: CPU build'}), "
+        f"CUDA {'available: ' + ', '.join(machine.gpus) if machine.cuda else 'not available'}"
+        if machine.torch
+        else "torch not installed"
+    )
+    found = [
+        Finding(machine.torch is not None or engine != "qwen", torch_text, "pip install torch")
+    ]
+    if cuda and not cuda_seen:
+        fix = "install a CUDA build of torch / the NVIDIA driver, or set DEVICE=cpu"
+        found.append(Finding(False, f"DEVICE=cuda but the {engine} engine sees no GPU", fix))
+        cuda = False
+    if engine == "qwen":
+        dtype = choose_dtype(settings.dtype, cuda, machine.bf16)
+    else:
+        dtype = "float16" if cuda else "int8"
+    found.append(Finding(True, f"would run on {'cuda' if cuda else 'cpu'}, dtype {dtype}"))
+    return found, dtype, cuda
+
+
+def cache_finding(cached: Cached, what: str) -> Finding:
+    if cached.path is None:
+        fix = f"qwen3-asr-server download {cached.repo_id} (offline: --to DIR elsewhere)"
+        return Finding(False, f"{what} {cached.repo_id}: {cached.note}", fix)
+    if cached.missing:
+        fix = f"qwen3-asr-server download {cached.repo_id}"
+        missing = ", ".join(cached.missing)
+        return Finding(False, f"{what} {cached.repo_id}: incomplete, missing {missing}", fix)
+    where = cached.note or f"cached at {cached.path} ({size_mb(cached.path):.0f} MB)"
+    return Finding(True, f"{what} {cached.repo_id}: {where}")
+
+
+def memory(cached: Cached, dtype: str, cuda_free_mb: float, cuda: bool) -> Finding:
+    """Free memory against the weights (float32 on CPU doubles a bf16 checkpoint)."""
+    free = cuda_free_mb if cuda else available_mb()
+    where = "GPU" if cuda else "RAM"
+    if cached.path is None:
+        return Finding(
+            True,
+            f"memory: {free:.0f} MB free {where}; the model's size is known once it is downloaded",
+        )
+    weights = 0.0 if cached.note.startswith("bundled") else size_mb(cached.path)
+    need = weights * (2 if dtype == "float32" else 1) + HEADROOM_MB
+    text = f"memory: {free:.0f} MB free {where}, the model needs about {need:.0f} MB"
+    return Finding(free >= need, text, "free memory, or a smaller model (MODEL_ID)")
+
+
+def check(settings: Settings) -> int:
+    model_id = settings.resolved_model_id(cuda=gpu_present())
+    engine = engine_of(settings, model_id)
+    print(f"model {model_id} on the {engine} engine")
+    findings = extras(engine, settings)
+    if engine == "remote":
+        findings.append(Finding(True, f"remote backends: {', '.join(settings.remote_urls)}"))
+    else:
+        machine = probe()
+        found, dtype, cuda = device(engine, settings, machine)
+        findings += found
+        cached = find_cached(model_id)
+        findings.append(cache_finding(cached, "model"))
+        if settings.forced_aligner_id:
+            findings.append(cache_finding(find_cached(settings.forced_aligner_id), "aligner"))
+        if settings.dual_model:
+            findings.append(cache_finding(find_cached(settings.fast_model_id), "fast model"))
+        findings.append(memory(cached, dtype, machine.gpu_free_mb, cuda))
+    for f in findings:
+        print(("ok      " if f.ok else "PROBLEM ") + f.text + ("" if f.ok else f" -> {f.fix}"))
+    problems = sum(not f.ok for f in findings)
+    print(f"{problems} problem(s)" if problems else "ready to serve")
+    return 1 if problems else 0

@@ -1,0 +1,125 @@
+"""`qwen3-asr-server download`: models into the HF cache, or a plain directory to carry to an
+offline machine, with a clear answer when offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Settings
+from .engines import WHISPER_ALIASES, gpu_present
+
+WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
+
+
+@dataclass
+class Cached:
+    """Where a model's files are, and what a complete copy is missing."""
+
+    repo_id: str
+    path: Path | None = None  # the snapshot folder, or a local directory
+    missing: list[str] = field(default_factory=list)
+    note: str = ""  # bundled / local directory / not cached: why
+
+    @property
+    def complete(self) -> bool:
+        return self.path is not None and not self.missing
+
+
+def models_for(settings: Settings) -> list[str]:
+    """The served model and, when they are used, the aligner and the fast model."""
+    models = [settings.resolved_model_id(cuda=gpu_present())]
+    if settings.forced_aligner_id:
+        models.append(settings.forced_aligner_id)
+    if settings.dual_model:
+        models.append(settings.fast_model_id)
+    return models
+
+
+def size_mb(path: Path) -> float:
+    files = [p for p in path.rglob("*") if p.is_file()]  # symlinks followed to the blobs
+    return sum(p.stat().st_size for p in files) / 1e6
+
+
+def missing_files(folder: Path) -> list[str]:
+    """What a checkpoint folder lacks: its config, its weights, or shards its index names."""
+    missing = []
+    if not (folder / "config.json").is_file() and not (folder / "model.bin").is_file():
+        missing.append("config.json")
+    for index in folder.glob("*.index.json"):
+        shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        missing += sorted(s for s in shards if not (folder / s).is_file())
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHTS):
+        missing.append("model weights (*.safetensors)")
+    return missing
+
+
+def find_cached(repo_id: str) -> Cached:
+    """The model as this machine has it, without the network."""
+    if repo_id in WHISPER_ALIASES:
+        return Cached(repo_id, Path(repo_id), note="bundled with the package")
+    local = Path(repo_id).expanduser()
+    if local.is_dir():
+        return Cached(repo_id, local, missing_files(local), note="a local directory")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return Cached(repo_id, note="not in the HF cache")
+    return Cached(repo_id, path, missing_files(path))
+
+
+def fetch(repo_id: str) -> tuple[Cached, bool]:
+    """(the model, whether it was downloaded now): into the HF cache with huggingface_hub's
+    progress bars, unless it is already complete here, bundled, local, or we are offline."""
+    from huggingface_hub import constants, snapshot_download
+
+    cached = find_cached(repo_id)
+    if cached.complete or (cached.note and cached.path) or constants.HF_HUB_OFFLINE:
+        return cached, False
+    snapshot_download(repo_id)
+    return find_cached(repo_id), True
+
+
+def download(settings: Settings, models: list[str], to: Path | None) -> int:
+    """0 when every model is complete (and copied with --to), 1 otherwise."""
+    from huggingface_hub import constants
+
+    models = models or models_for(settings)
+    failed = 0
+    for repo_id in models:
+        try:
+            cached, fetched = fetch(repo_id)
+        except Exception as exc:  # network, auth, unknown repo: one line, not a traceback
+            print(f"{repo_id}: download failed: {type(exc).__name__}: {exc}")
+            failed += 1
+            continue
+        if cached.path is None:
+            hint = (
+                "HF_HUB_OFFLINE is set: run `qwen3-asr-server download "
+                f"{repo_id} --to DIR` on a machine with internet and copy DIR here "
+                "(then MODEL_ID=DIR)"
+                if constants.HF_HUB_OFFLINE
+                else "check the repo id"
+            )
+            print(f"{repo_id}: {cached.note}; {hint}.")
+            failed += 1
+            continue
+        if cached.missing:
+            print(f"{repo_id}: incomplete at {cached.path}: missing {', '.join(cached.missing)}")
+            failed += 1
+            continue
+        if cached.note:
+            print(f"{repo_id}: {cached.note}, nothing to download.")
+            continue
+        state = "downloaded to" if fetched else "already in the cache, complete, at"
+        print(f"{repo_id}: {state} {cached.path} ({size_mb(cached.path):.1f} MB)")
+        if to is not None:
+            target = to if len(models) == 1 else to / repo_id.replace("/", "--")
+            shutil.copytree(cached.path, target, dirs_exist_ok=True)  # links become files
+            print(f"{repo_id}: copied to {target}; serve it with MODEL_ID={target}")
+    return 1 if failed else 0
