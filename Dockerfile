@@ -95,7 +95,8 @@ EXPOSE 8000
 VOLUME ["/data/huggingface"]
 
 # No curl in the image: Python's urllib. Fails on a refused connection or a non-2xx status.
+# https (certificate not checked: it is for a host name, this is loopback) when SSL_CERTFILE is set.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=4)"]
+    CMD ["python", "-c", "import os, ssl, urllib.request; tls = bool(os.environ.get('SSL_CERTFILE')); urllib.request.urlopen(('https' if tls else 'http') + '://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=4, context=ssl._create_unverified_context() if tls else None)"]
 
 CMD ["python", "-m", "qwen3_asr_server"]

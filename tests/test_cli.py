@@ -202,3 +202,10 @@ def test_check_on_this_machine(hub: Path, tmp_path: Path) -> None:
     assert "qwen3-asr-server download test-org/aligner" in missing.stdout
     assert "PROBLEM DEVICE=cuda but the qwen engine sees no GPU" in missing.stdout
     assert "2 problem(s)" in missing.stdout
+
+
+def test_check_explains_a_mistyped_local_path(tmp_path: Path) -> None:
+    done = cli("check", "--model", "./no-such-model-dir", "--engine", "qwen", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "no such directory, and not a Hugging Face repo id" in done.stdout

@@ -412,3 +412,25 @@ async def test_uploads_are_not_batched_while_streams_are_live() -> None:
         assert calls == [[0, 1, 2]]
     finally:
         await asyncio.to_thread(sched.stop)
+
+
+async def test_an_idle_worker_keeps_nothing_of_the_last_job(scheduler: PriorityScheduler) -> None:
+    """An upload's request holds its whole decoded audio: once its job is done (or
+    cancelled), the waiting worker thread must not keep it alive (issue 19 review)."""
+    import gc
+    import weakref
+
+    class Audio:
+        pass
+
+    audio = Audio()
+    ref = weakref.ref(audio)
+
+    def job(held: Audio = audio) -> str:
+        return type(held).__name__
+
+    assert await scheduler.submit(job) == "Audio"
+    del audio, job
+    await asyncio.sleep(0.05)  # the worker is back waiting for the next job
+    gc.collect()
+    assert ref() is None

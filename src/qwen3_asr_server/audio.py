@@ -76,7 +76,7 @@ def decode_audio(
         audio = _decode_container(source, max_seconds)
     if len(audio.samples) == 0:
         raise BadRequestError("The audio contains no samples.", param="file", code="empty_audio")
-    _check_duration(audio.duration, max_seconds)
+    check_duration(audio.duration, max_seconds)
     return audio
 
 
@@ -104,7 +104,7 @@ def probe_seconds(
     return None
 
 
-def _check_duration(seconds: float, max_seconds: float | None) -> None:
+def check_duration(seconds: float, max_seconds: float | None) -> None:
     if max_seconds is not None and seconds > max_seconds:
         raise TooLargeError(
             f"Audio is {seconds:.1f} s long; the limit is {max_seconds:g} s (MAX_AUDIO_SECONDS).",
@@ -133,6 +133,8 @@ class _Growing:
         return self._len
 
     def result(self) -> np.ndarray:
+        if len(self._buf) > self._len + self._len // 4 + SAMPLE_RATE:  # grown by doubling
+            self._buf = self._buf[: self._len].copy()  # give the unused half back
         return self._buf[: self._len]
 
 
@@ -146,7 +148,7 @@ def _decode_container(source: Source, max_seconds: float | None) -> Audio:
     except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
         return _decode_with_av(source, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
     if info.frames > 0:  # some formats report no frame count until decoded
-        _check_duration(info.frames / info.samplerate, max_seconds)
+        check_duration(info.frames / info.samplerate, max_seconds)
     rate = int(info.samplerate)
     out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE)
     resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
@@ -179,7 +181,7 @@ def _decode_with_av(source: Source, max_seconds: float | None, first_error: str)
                 for chunk in resampler.resample(frame):
                     out.add(chunk.to_ndarray().reshape(-1))
                 if limit is not None and len(out) > limit:
-                    _check_duration(len(out) / SAMPLE_RATE, max_seconds)
+                    check_duration(len(out) / SAMPLE_RATE, max_seconds)
             for chunk in resampler.resample(None):
                 out.add(chunk.to_ndarray().reshape(-1))
     except (InvalidAudioError, TooLargeError):

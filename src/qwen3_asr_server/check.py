@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .config import Settings
 from .download import Cached, find_cached, size_mb
-from .engines import detect_engine, gpu_present
+from .engines import detect_engine, served_model_id
 from .engines.base import ModelLoadError
 from .engines.probe import Machine, installed, probe
 from .engines.qwen_load import choose_dtype
@@ -112,7 +112,7 @@ def memory(cached: Cached, dtype: str, cuda_free_mb: float, cuda: bool) -> Findi
 
 
 def check(settings: Settings) -> int:
-    model_id = settings.resolved_model_id(cuda=gpu_present())
+    model_id = served_model_id(settings)
     engine = engine_of(settings, model_id)
     print(f"model {model_id} on the {engine} engine")
     findings = extras(engine, settings)

