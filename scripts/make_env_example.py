@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import typing
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from qwen3_asr_server.config import Settings  # noqa: E402
+from qwen3_asr_server.config import Settings, choices, env_value  # noqa: E402
 
 TARGET = ROOT / ".env.example"
 
@@ -35,26 +33,6 @@ HEADER = """\
 def field_docs(cls: type[Settings] = Settings) -> dict[str, str]:
     """Each field's docstring (Settings keeps them as descriptions)."""
     return {name: field.description or "" for name, field in cls.model_fields.items()}
-
-
-def env_value(value: Any) -> str:
-    """A default as it is written in an env file."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def choices(annotation: Any) -> list[str]:
-    """The allowed values of a Literal field (also inside `X | None`)."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return [env_value(a) for a in typing.get_args(annotation)]
-    for arg in typing.get_args(annotation):
-        found = choices(arg)
-        if found:
-            return found
-    return []
 
 
 def render() -> str:

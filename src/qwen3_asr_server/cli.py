@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import __version__
-from .config import Settings
+from .config import Settings, choices, env_value
 
 ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
 USAGE = "%(prog)s [serve | download [MODEL ...] [--to DIR] | check] [--SETTING VALUE ...]"
@@ -29,14 +28,6 @@ COMMANDS = {
 }
 
 
-def env_default(value: Any) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "settings", "Each flag overrides its environment variable and .env (see .env.example)."
@@ -44,7 +35,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     for name, field in Settings.model_fields.items():
         doc = (field.description or "").split("\n\n")[0].replace("\n", " ").replace("%", "%%")
         first = doc.split(". ")[0].rstrip(".")
-        help_text = f"{first}. [{name.upper()}; default: {env_default(field.default)}]"
+        help_text = f"{first}. [{name.upper()}; default: {env_value(field.default) or 'unset'}]"
         flags = ["--" + name.replace("_", "-"), *ALIASES.get(name, [])]
         if field.annotation is bool:
             group.add_argument(
@@ -54,13 +45,12 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
             continue
-        choices = typing.get_args(field.annotation)
-        literal = typing.get_origin(field.annotation) is typing.Literal
+        allowed = choices(field.annotation)
         group.add_argument(
             *flags,
             dest=name,
             default=argparse.SUPPRESS,
-            metavar="{" + ",".join(map(str, choices)) + "}" if literal else name.upper(),
+            metavar="{" + ",".join(allowed) + "}" if allowed else name.upper(),
             help=help_text,
         )
 

@@ -5,8 +5,9 @@ Nothing else in the package reads `os.environ`.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,26 @@ REFUSED = {
     "computes; not shown to keep accuracy",
 }
 SEED_TRANSLATE_MODEL = "gemma3:12b"
+
+
+def env_value(value: Any) -> str:
+    """A value as it is written in an env file (.env.example, the CLI's --help)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def choices(annotation: Any) -> list[str]:
+    """The allowed values of a Literal field (also inside `X | None`)."""
+    if typing.get_origin(annotation) is Literal:
+        return [env_value(a) for a in typing.get_args(annotation)]
+    for arg in typing.get_args(annotation):
+        found = choices(arg)
+        if found:
+            return found
+    return []
 
 
 class Settings(BaseSettings):
