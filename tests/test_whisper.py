@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
 import soundfile as sf
@@ -16,7 +17,7 @@ from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import ModelLoadError, create_engine, detect_engine
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.whisper import WhisperEngine, resolve_model_path
+from qwen3_asr_server.engines.whisper import WhisperEngine, resolve_model_path, tail_start
 from server import LiveServer, live_server
 from wer import normalize, wer
 
@@ -197,3 +198,13 @@ def test_drafts_for_partials_are_close_and_bounded() -> None:
             text = engine.transcribe(TranscribeRequest(piece, None, draft=True)).text
             assert len(text.split()) <= 4 + 4 * len(piece) / 16000, text
     engine.unload()
+
+
+def test_a_tail_starts_in_the_pause_near_the_segment_end() -> None:
+    """Whisper's segment ends are ±0.3 s: the re-decoded rest of a clip starts in the
+    quietest stretch near it, not inside the next word."""
+    audio = np.full(16000 * 6, 0.3, np.float32)
+    audio[int(3.2 * 16000) : int(3.5 * 16000)] = 0.0  # the pause, after a segment "ending" at 3.0
+    start = tail_start(audio, 3.0)
+    assert 3.2 * 16000 <= start <= 3.5 * 16000
+    assert tail_start(audio[: 16000 * 3], 3.0) <= 16000 * 3  # at the very end: inside the audio

@@ -80,6 +80,7 @@ class Options:
     word_timestamps: bool = False
     priority: int = BATCH
     max_seconds: float | None = None  # a shorter segment limit (SSE_CHUNK_SECONDS)
+    segment_times: bool = True  # False: only the text is answered (json, text)
 
 
 class TranscriptionService:
@@ -194,6 +195,7 @@ class TranscriptionService:
             prompt=options.prompt or None,
             temperature=options.temperature,
             word_timestamps=options.word_timestamps,
+            segment_times=options.segment_times or options.word_timestamps,
             long_form=long_form,
         )
 

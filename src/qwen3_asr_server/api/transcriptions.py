@@ -177,7 +177,8 @@ async def create_transcription(
         logger.debug("stream=true ignored for response_format={}", response_format)
         stream = False
     words = return_timestamps or ("word" in granularities and response_format == "verbose_json")
-    options = Options(code, prompt, temperature, words)
+    text_only = response_format in ("json", "text") and not words
+    options = Options(code, prompt, temperature, words, segment_times=not text_only)
     started = time.perf_counter()
     audio = await read_upload(ctx, request, file)
     decode_seconds = time.perf_counter() - started

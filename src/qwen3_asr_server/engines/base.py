@@ -46,6 +46,9 @@ class TranscribeRequest:
     prompt: str | None = None
     temperature: float | None = None
     word_timestamps: bool = False
+    # Segment start/end times wanted (verbose_json, srt, vtt, the seed's SSE). A text-only
+    # answer (json, text, stream=true) lets whisper's batched decoder skip timestamp tokens.
+    segment_times: bool = True
     draft: bool = False  # a streaming partial, replaced soon: speed may cost some accuracy
     partial: bool = False  # a streaming partial (DUAL_MODEL runs it on the fast model)
     # One segment of a longer file: decoded the same way alone or in a batch, so that the
