@@ -37,6 +37,7 @@ import speech
 from proc import ServerProcess
 from server import free_port
 from streaming_client import load, pcm16
+from wer import wer
 
 OURS_MODEL = "whisper-1"
 PEER_MODEL = "Systran/faster-whisper-tiny.en"
@@ -59,19 +60,22 @@ class Target:
             self.client.audio.transcriptions.create(model=self.model, file=f, language="en")
         return time.perf_counter() - started
 
-    def sse(self, name: str) -> tuple[float, float, str]:
-        started, first, text = time.perf_counter(), None, ""
+    def sse(self, name: str) -> tuple[float, float, str, str]:
+        """(total, first delta, done.text, the deltas joined)."""
+        started, first, text, deltas = time.perf_counter(), None, "", ""
         with open(speech.path(name), "rb") as f:
             stream = self.client.audio.transcriptions.create(
                 model=self.model, file=f, language="en", stream=True
             )
             for event in stream:
-                if event.type == "transcript.text.delta" and first is None:
-                    first = time.perf_counter() - started
+                if event.type == "transcript.text.delta":
+                    deltas += event.delta
+                    if first is None:
+                        first = time.perf_counter() - started
                 if event.type == "transcript.text.done":
                     text = event.text
         total = time.perf_counter() - started
-        return total, first if first is not None else total, text
+        return total, first if first is not None else total, text, deltas
 
     def realtime(self, names: list[str]) -> tuple[list[float], int]:
         """End of speech -> `...transcription.completed`, sentences at real-time pace."""
@@ -190,14 +194,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--speaches", type=Path, default=Path("/work/peer/speaches"))
     parser.add_argument("--hf-home", type=Path, default=Path("/work/peer/hf"))
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5, help="runs of the 2-minute file")
     args = parser.parse_args()
     ours, ours_start, ours_proc = start_ours()
     peer, peer_start, peer_proc = start_peer(args.speaches, args.hf_home)
     targets = [ours, peer]
     try:
-        for t in targets:  # load the model, warm up
+        for t in targets:  # load the model, warm up every path measured below
             t.transcribe("sentence_01.wav")
+            t.sse("long_2min.wav")
         names = sorted(speech.sentences())
         print("| metric | this server | speaches | ratio |\n|---|---|---|---|")
         row("start → healthy", ours_start, peer_start, "s")
@@ -208,7 +213,7 @@ def main() -> None:
                 short[t.name].append(t.transcribe(name))
         row("short clip latency, p50", *(statistics.median(short[t.name]) for t in targets), "s")
         parallel: dict[str, list[float]] = {t.name: [] for t in targets}
-        for i in range(args.runs):
+        for i in range(3):
             for t in targets:
                 started = time.perf_counter()
                 with ThreadPoolExecutor(4) as pool:
@@ -219,7 +224,7 @@ def main() -> None:
             *(statistics.median(parallel[t.name]) for t in targets),
             "s",
         )
-        long: dict[str, list[tuple[float, float, str]]] = {t.name: [] for t in targets}
+        long: dict[str, list[tuple[float, float, str, str]]] = {t.name: [] for t in targets}
         for _ in range(args.runs):
             for t in targets:
                 long[t.name].append(t.sse("long_2min.wav"))
@@ -227,11 +232,16 @@ def main() -> None:
         firsts = {k: statistics.median(v[1] / v[0] for v in runs) for k, runs in long.items()}
         row("2-minute file, SSE total", totals["ours"], totals["speaches"], "s")
         row("2-minute file, first delta / total", firsts["ours"], firsts["speaches"], "")
+        ref = speech.transcripts()["long_2min.wav"]
+        errors = {
+            k: statistics.median(wer([ref], [v[3]]) for v in runs) for k, runs in long.items()
+        }
+        row("2-minute file, WER of the deltas", errors["ours"], errors["speaches"], "")
         empty = {k: sum(not v[2] for v in runs) for k, runs in long.items()}
         rt: dict[str, list[float]] = {}
         done: dict[str, int] = {}
         for t in targets:
-            rt[t.name], done[t.name] = t.realtime(names[:8])
+            rt[t.name], done[t.name] = t.realtime(names)
         for q in (50, 95):
             row(
                 f"realtime end of speech → final, p{q}",
@@ -240,7 +250,8 @@ def main() -> None:
                 "s",
             )
         print(
-            f"\nrealtime finals received: ours {done['ours']}/8, speaches {done['speaches']}/8; "
+            f"\nrealtime finals received: ours {done['ours']}/{len(names)}, speaches "
+            f"{done['speaches']}/{len(names)}; "
             f"SSE runs with an empty done.text: ours {empty['ours']}, speaches "
             f"{empty['speaches']}; short clips n={len(short['ours'])} each"
         )
