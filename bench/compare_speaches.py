@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from common import pct
 
@@ -37,7 +38,7 @@ import speech
 from proc import ServerProcess
 from server import free_port
 from streaming_client import load, pcm16
-from wer import wer
+from wer import normalize, wer
 
 OURS_MODEL = "whisper-1"
 PEER_MODEL = "Systran/faster-whisper-tiny.en"
@@ -77,19 +78,21 @@ class Target:
         total = time.perf_counter() - started
         return total, first if first is not None else total, text, deltas
 
-    def realtime(self, names: list[str]) -> tuple[list[float], int]:
-        """End of speech -> `...transcription.completed`, sentences at real-time pace."""
-        pieces, ends, t = [], [], 0.0
+    def realtime(self, names: list[str]) -> Realtime:
+        """Sentences at real-time pace: end of speech -> `...transcription.completed`, and
+        how the deltas of each item compare with its transcript."""
+        pieces, starts, ends, t = [], [], [], 0.0
         for name in names:
             audio = load(name)
             loud = np.flatnonzero(np.abs(audio) > 0.02)
+            starts.append(t + loud[0] / 16000)
             ends.append(t + (loud[-1] + 1) / 16000)
             pieces += [audio, np.zeros(int(1.5 * 16000), np.float32)]
             t += len(audio) / 16000 + 1.5
         audio24 = soxr.resample(np.concatenate(pieces), 16000, 24000).astype(np.float32)
         url = self.url.replace("http://", "ws://") + "/v1/realtime"
         url += f"?model={self.model}&intent=transcription&language=en"
-        completed: list[float] = []
+        events: list[tuple[float, dict[str, Any]]] = []
         with connect(url, open_timeout=60, max_size=2**24) as ws:
             ws.send(
                 json.dumps(
@@ -106,10 +109,7 @@ class Target:
             def read() -> None:
                 try:
                     for raw in ws:
-                        event = json.loads(raw)
-                        kind = event.get("type", "")
-                        if kind.endswith("input_audio_transcription.completed"):
-                            completed.append(time.perf_counter())
+                        events.append((time.perf_counter(), json.loads(raw)))
                 except Exception:
                     pass
 
@@ -123,19 +123,72 @@ class Target:
                 chunk = base64.b64encode(pcm16(audio24[i : i + step])).decode()
                 ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
             deadline = time.monotonic() + 20
-            while len(completed) < len(names) and time.monotonic() < deadline:
+            while time.monotonic() < deadline and len(Realtime.of(events, "completed")) < len(
+                names
+            ):
                 time.sleep(0.05)
+        return Realtime(events, started, starts, ends)
+
+
+class Realtime:
+    """One realtime run's events (arrival time, event), when its audio started, and the
+    sentences' true starts and ends in the audio."""
+
+    def __init__(
+        self,
+        events: list[tuple[float, dict[str, Any]]],
+        started: float,
+        starts: list[float],
+        ends: list[float],
+    ) -> None:
+        self.events, self.started, self.starts, self.ends = list(events), started, starts, ends
+        self.completed = [t for t, _ in Realtime.of(self.events, "completed")]
+
+    @staticmethod
+    def of(events: list[tuple[float, dict[str, Any]]], kind: str) -> list[tuple[float, Any]]:
+        suffix = "input_audio_transcription." + kind
+        return [(t, e) for t, e in list(events) if e.get("type", "").endswith(suffix)]
+
+    def final_latencies(self) -> list[float]:
+        """From the send time of the first chunk after the end of speech to the final."""
         latencies = []
-        for end in ends:
-            end_sent = started + np.ceil(end / 0.1) * 0.1
-            after = [c for c in completed if c >= end_sent]
+        for end in self.ends:
+            end_sent = self.started + np.ceil(end / 0.1) * 0.1
+            after = [c for c in self.completed if c >= end_sent]
             if after:
                 latencies.append(after[0] - end_sent)
-        return latencies, len(completed)
+        return latencies
+
+    def delta_words(self) -> tuple[int, int]:
+        """(delta words, of which not a prefix of their item's transcript), normalized."""
+        deltas: dict[str, str] = {}
+        finals: dict[str, str] = {}
+        for _, e in Realtime.of(self.events, "delta"):
+            deltas[e["item_id"]] = deltas.get(e["item_id"], "") + e["delta"]
+        for _, e in Realtime.of(self.events, "completed"):
+            finals[e["item_id"]] = e["transcript"]
+        shown = wrong = 0
+        for item, text in deltas.items():
+            said, final = normalize(text).split(), normalize(finals.get(item, "")).split()
+            pairs = enumerate(zip(said, final, strict=False))
+            agree = next((i for i, (a, b) in pairs if a != b), min(len(said), len(final)))
+            shown += len(said)
+            wrong += len(said) - agree
+        return shown, wrong
+
+    def first_deltas(self) -> list[float]:
+        """Speech start -> the first delta after it."""
+        times = [t for t, _ in Realtime.of(self.events, "delta")]
+        firsts = []
+        for start in (self.started + s for s in self.starts):
+            later = [t for t in times if t >= start]
+            if later:
+                firsts.append(min(later) - start)
+        return firsts
 
 
-def start_ours() -> tuple[Target, float, ServerProcess]:
-    proc = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING"})
+def start_ours(env: dict[str, str]) -> tuple[Target, float, ServerProcess]:
+    proc = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING", **env})
     return Target("ours", proc.url, OURS_MODEL, proc.proc.pid), proc.wait_healthy(60), proc
 
 
@@ -195,8 +248,11 @@ def main() -> None:
     parser.add_argument("--speaches", type=Path, default=Path("/work/peer/speaches"))
     parser.add_argument("--hf-home", type=Path, default=Path("/work/peer/hf"))
     parser.add_argument("--runs", type=int, default=5, help="runs of the 2-minute file")
+    parser.add_argument(
+        "--env", action="append", default=[], help="KEY=VALUE for this server (repeatable)"
+    )
     args = parser.parse_args()
-    ours, ours_start, ours_proc = start_ours()
+    ours, ours_start, ours_proc = start_ours(dict(kv.split("=", 1) for kv in args.env))
     peer, peer_start, peer_proc = start_peer(args.speaches, args.hf_home)
     targets = [ours, peer]
     try:
@@ -238,10 +294,9 @@ def main() -> None:
         }
         row("2-minute file, WER of the deltas", errors["ours"], errors["speaches"], "")
         empty = {k: sum(not v[2] for v in runs) for k, runs in long.items()}
-        rt: dict[str, list[float]] = {}
-        done: dict[str, int] = {}
-        for t in targets:
-            rt[t.name], done[t.name] = t.realtime(names)
+        runs = {t.name: t.realtime(names) for t in targets}
+        rt = {k: run.final_latencies() for k, run in runs.items()}
+        done = {k: len(run.completed) for k, run in runs.items()}
         for q in (50, 95):
             row(
                 f"realtime end of speech → final, p{q}",
@@ -249,8 +304,18 @@ def main() -> None:
                 pct(rt["speaches"], q) if rt["speaches"] else 0,
                 "s",
             )
+        row(
+            "realtime first delta after speech start, p50",
+            *(statistics.median(runs[t.name].first_deltas() or [0.0]) for t in targets),
+            "s",
+        )
+        words = {k: run.delta_words() for k, run in runs.items()}
         print(
-            f"\nrealtime finals received: ours {done['ours']}/{len(names)}, speaches "
+            f"\nrealtime delta words that disagree with the final: ours {words['ours'][1]}"
+            f"/{words['ours'][0]}, speaches {words['speaches'][1]}/{words['speaches'][0]}"
+        )
+        print(
+            f"realtime finals received: ours {done['ours']}/{len(names)}, speaches "
             f"{done['speaches']}/{len(names)}; "
             f"SSE runs with an empty done.text: ours {empty['ours']}, speaches "
             f"{empty['speaches']}; short clips n={len(short['ours'])} each"

@@ -21,6 +21,7 @@ class Recording:
         self.calls: list[float] = []
         self.batch_sizes: list[int] = []
         self.texts: list[str] = []  # each result's text, in order
+        self.kinds: list[tuple[bool, bool]] = []  # each job's (partial, draft)
         self.lock = threading.Lock()
 
     def __getattr__(self, item: str) -> Any:
@@ -30,6 +31,7 @@ class Recording:
         with self.lock:
             first = len(self.calls) + 1
             self.calls.extend(len(r.audio) / 16000 for r in requests)
+            self.kinds.extend((r.partial, r.draft) for r in requests)
             self.batch_sizes.append(len(requests))
             number = len(self.calls)
         if self.fail_on is not None and first <= self.fail_on <= number:

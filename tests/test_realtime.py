@@ -16,19 +16,26 @@ from pydantic import ValidationError
 
 import speech
 from contract import check_realtime_event
+from engines import Recording
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
+from qwen3_asr_server.engines import create_engine
 from server import LiveServer, live_server
 from streaming_client import load, pcm16
 from wer import normalize, wer
 
 pytestmark = pytest.mark.slow
+SETTINGS = Settings(_env_file=None, model_id="whisper-tiny.en", idle_timeout=0)  # type: ignore[call-arg]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[LiveServer]:
-    settings = Settings(_env_file=None, model_id="whisper-tiny.en", idle_timeout=0)  # type: ignore[call-arg]
-    with live_server(create_app(settings)) as srv:
+def engine() -> Recording:
+    return Recording(create_engine(SETTINGS))
+
+
+@pytest.fixture(scope="module")
+def server(engine: Recording) -> Iterator[LiveServer]:
+    with live_server(create_app(SETTINGS, engine=engine)) as srv:  # type: ignore[arg-type]
         yield srv
 
 
@@ -77,7 +84,7 @@ def completed(events: list[Any]) -> list[Any]:
     return [e for e in events if e.type == "conversation.item.input_audio_transcription.completed"]
 
 
-def test_server_vad_session_with_the_sdk(server: LiveServer) -> None:
+def test_server_vad_session_with_the_sdk(server: LiveServer, engine: Recording) -> None:
     audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
     with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
         first = conn.recv()
@@ -119,6 +126,9 @@ def test_server_vad_session_with_the_sdk(server: LiveServer) -> None:
             if e.type.endswith("transcription.delta") and e.item_id == final.item_id
         )
         assert normalize(final.transcript).startswith(normalize(sent))
+    # partials are fast drafts (their confident words become deltas); finals never are
+    assert (True, True) in engine.kinds and (True, False) not in engine.kinds
+    assert (False, False) in engine.kinds and (False, True) not in engine.kinds
 
 
 def test_manual_commit_and_clear(server: LiveServer) -> None:

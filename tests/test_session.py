@@ -10,7 +10,7 @@ import numpy as np
 
 from qwen3_asr_server.streaming.agreement import Draft
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
-from qwen3_asr_server.vad import SileroModel
+from qwen3_asr_server.vad import FRAME, SileroModel
 from streaming_client import load
 
 
@@ -323,3 +323,23 @@ async def test_a_partial_whose_stable_text_grew_is_sent() -> None:
     events = await run(load("sentence_02.wav"), Settling())
     partials = [(e["text"], e["stable_text"]) for e in events if e["type"] == "partial"]
     assert partials[:2] == [("one two", ""), ("one two", "one two")], partials
+
+
+async def test_the_final_starts_as_the_silence_begins() -> None:
+    """The final's transcription starts within two VAD frames (64 ms) of silence, so it is
+    done by the time the silence that ends the utterance (500 ms) is."""
+    events: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+
+    session = StreamSession(StreamConfig(), Transcriber(), emit, SileroModel())
+    audio = np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)])
+    started_after: list[int] = []  # samples of silence when an early final started
+    for i in range(0, len(audio), FRAME):
+        await session.feed(audio[i : i + FRAME])
+        if session._early is not None and not started_after:
+            started_after.append(session._silence)
+    await session.close("test")
+    assert started_after and started_after[0] <= 2 * FRAME
+    assert [e["reason"] for e in events if e["type"] == "final"] == ["silence"]

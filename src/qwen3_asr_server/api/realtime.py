@@ -148,7 +148,7 @@ async def realtime(websocket: WebSocket) -> None:
         if converted is not None:
             await outbox.put(*converted)
 
-    session = new_session(ctx, base_config(ctx, state.use_vad, None), emit, drafts=False)
+    session = new_session(ctx, base_config(ctx, state.use_vad, None), emit)
     refused = await register(ctx, session, outbox)
     if refused:
         await websocket.send_json(error_event(refused, "too_many_sessions"))

@@ -54,7 +54,7 @@ class WhisperEngine:
     long_form_batches = True
 
     def __init__(
-        self, model_id: str, *, device: str = "auto", cpu_threads: int = 0, beam_size: int = 1
+        self, model_id: str, *, device: str = "auto", cpu_threads: int = 0, beam_size: int = 5
     ) -> None:
         self.model_id = model_id
         self._device_setting = device
@@ -136,8 +136,8 @@ class WhisperEngine:
             )
         if request.long_form and language is not None:  # the batched decoder needs a language
             return self._batched_decode([request], should_stop)[0]
-        # Greedy by default: deterministic output, and no temperature-fallback re-decodes
-        # (up to six per window) that multiply CPU latency. An explicit temperature samples.
+        # One temperature: deterministic output, and no temperature-fallback re-decodes (up
+        # to six per window) that multiply CPU latency. An explicit temperature samples.
         temperature = request.temperature or 0.0
         pieces, info = self._model.transcribe(
             request.audio,
@@ -158,14 +158,14 @@ class WhisperEngine:
         )
 
     def _drafts(self, request: TranscribeRequest, language: str | None) -> bool:
-        """A streaming partial with a known language and plain greedy options: short window."""
+        """A streaming partial with a known language and plain options: a short window,
+        greedy whatever WHISPER_BEAM_SIZE is (the final replaces it)."""
         return (
             request.draft
             and language is not None
             and not request.prompt
             and not request.temperature
             and not request.word_timestamps
-            and self._beam_size == 1
             and len(request.audio) <= MAX_DRAFT_S * SAMPLE_RATE
         )
 

@@ -39,7 +39,7 @@ from ..vad import FRAME, SileroModel
 from .agreement import MIN_WORD_PROB, Draft, LocalAgreement
 
 SAMPLE_RATE = 16000
-EARLY_FINAL_MS = 350  # start the final this long before the end-of-utterance silence is due
+EARLY_FINAL_MS = 450  # start the final this long before the end-of-utterance silence is due
 FIRST_PARTIAL_S = 0.3  # speech before an utterance's first partial (then every interval)
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 AudioSource = np.ndarray | Callable[[], np.ndarray]
