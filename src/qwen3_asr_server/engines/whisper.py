@@ -144,7 +144,7 @@ class WhisperEngine:
             language=language,
             initial_prompt=request.prompt or None,
             temperature=temperature,
-            beam_size=self._beam_size,
+            beam_size=1 if request.partial else self._beam_size,  # the final replaces it
             word_timestamps=request.word_timestamps,
             vad_filter=False,
             condition_on_previous_text=False,
@@ -158,8 +158,8 @@ class WhisperEngine:
         )
 
     def _drafts(self, request: TranscribeRequest, language: str | None) -> bool:
-        """A streaming partial with a known language and plain options: a short window,
-        greedy whatever WHISPER_BEAM_SIZE is (the final replaces it)."""
+        """A streaming partial with a known language and plain options: a short window.
+        Partials are greedy whatever WHISPER_BEAM_SIZE is (the final replaces them)."""
         return (
             request.draft
             and language is not None
@@ -209,20 +209,21 @@ class WhisperEngine:
         timed = first.segment_times or first.word_timestamps
         per_request = self._decode_clips([r.audio for r in requests], first, should_stop)
         tails = [
-            (i, segments[-1].end)
+            (i, segments[-1].end, tail_start(requests[i].audio, segments[-1].end))
             for i, segments in enumerate(per_request)
             if timed
             and segments
             and len(requests[i].audio) / SAMPLE_RATE - segments[-1].end >= TAIL_MIN_S
         ]
+        tails = [t for t in tails if _sounds(requests[t[0]].audio, t[2])]
         if tails:
-            starts = [tail_start(requests[i].audio, end) for i, end in tails]
-            audios = [
-                requests[i].audio[start:] for (i, _), start in zip(tails, starts, strict=True)
-            ]
-            rest = self._decode_clips(audios, first, should_stop, [s / SAMPLE_RATE for s in starts])
-            for (i, _), segments in zip(tails, rest, strict=True):
-                per_request[i] += [s for s in segments if not _silent(s)]
+            audios = [requests[i].audio[start:] for i, _, start in tails]
+            origins = [start / SAMPLE_RATE for _, _, start in tails]
+            rest = self._decode_clips(audios, first, should_stop, origins)
+            for (i, end, _), segments in zip(tails, rest, strict=True):
+                for s in segments:  # no cue may start before the one it follows ends
+                    s.start, s.end = max(s.start, end), max(s.end, end)
+                per_request[i] += [s for s in segments if (s.no_speech_prob or 0.0) <= 0.6]
         share = (time.perf_counter() - started) / len(requests)
         return [
             TranscribeResult(
@@ -267,7 +268,9 @@ class WhisperEngine:
         for piece in pieces:
             if should_stop():
                 raise JobCancelledError("every caller of this job has gone")
-            index = max(i for i, off in enumerate(offsets) if piece.start >= off - 0.01)
+            # the pipeline marks each segment with its clip's offset, in 10 ms frames (a
+            # segment's start may be moved before its clip's by word timestamps)
+            index = min(range(len(offsets)), key=lambda i: abs(offsets[i] * 100 - piece.seek))
             segment = _segment(piece, shift=offsets[index] - origins[index])
             if segment.text:
                 per_clip[index].append(segment)
@@ -276,17 +279,18 @@ class WhisperEngine:
 
 def tail_start(audio: np.ndarray, end: float) -> int:
     """Where to start decoding what follows a segment that ends at `end` seconds: the
-    quietest point near it (whisper's segment ends are ±0.3 s; starting inside the next
-    word garbles it)."""
-    lo = max(0, int((end - 0.6) * SAMPLE_RATE))
-    hi = min(len(audio), int((end + 0.4) * SAMPLE_RATE))
+    quietest point from 0.3 s before to 0.5 s after it (whisper's segment ends are ±0.3 s;
+    starting inside the next word garbles it, starting inside the last one repeats it)."""
+    lo = max(0, int((end - 0.3) * SAMPLE_RATE))
+    hi = min(len(audio), int((end + 0.5) * SAMPLE_RATE))
     return lo + quietest_point(audio[lo:hi]) if hi > lo else min(len(audio), int(end * SAMPLE_RATE))
 
 
-def _silent(segment: Segment) -> bool:
-    """Whisper's own test for a window with no speech (its decoder's thresholds)."""
-    no_speech, logprob = segment.no_speech_prob or 0.0, segment.avg_logprob or 0.0
-    return no_speech > 0.6 and logprob < -1.0
+def _sounds(audio: np.ndarray, start: int) -> bool:
+    """Is there anything but near-silence after `start`? (whisper tends to invent a
+    "you" for a silent window)"""
+    tail = audio[start:]
+    return len(tail) > 0 and float(np.abs(tail).max()) >= 0.1 * float(np.abs(audio).max())
 
 
 def _collect(pieces: Any, should_stop: ShouldStop) -> list[Segment]:
