@@ -304,14 +304,17 @@ def main() -> None:
                 pct(rt["speaches"], q) if rt["speaches"] else 0,
                 "s",
             )
-        row(
-            "realtime first delta after speech start, p50",
-            *(statistics.median(runs[t.name].first_deltas() or [0.0]) for t in targets),
-            "s",
+        firsts_rt = {k: run.first_deltas() for k, run in runs.items()}
+        print(
+            "\nrealtime first delta after speech start, p50: "
+            + ", ".join(
+                f"{k} {statistics.median(v):.2f} s" if v else f"{k}: no deltas"
+                for k, v in firsts_rt.items()
+            )
         )
         words = {k: run.delta_words() for k, run in runs.items()}
         print(
-            f"\nrealtime delta words that disagree with the final: ours {words['ours'][1]}"
+            f"realtime delta words that disagree with the final: ours {words['ours'][1]}"
             f"/{words['ours'][0]}, speaches {words['speaches'][1]}/{words['speaches'][0]}"
         )
         print(
