@@ -264,7 +264,7 @@ async def test_partials_hold_back_their_last_word() -> None:
 
 
 def test_held_back_keeps_one_word_and_the_stable_text() -> None:
-    from qwen3_asr_server.streaming.session import held_back
+    from qwen3_asr_server.streaming.agreement import held_back
 
     assert held_back("Hello", "") == "Hello"
     assert held_back("Hello there you", "") == "Hello there"

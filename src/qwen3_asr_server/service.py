@@ -195,7 +195,7 @@ class TranscriptionService:
             prompt=options.prompt or None,
             temperature=options.temperature,
             word_timestamps=options.word_timestamps,
-            segment_times=options.segment_times or options.word_timestamps,
+            segment_times=options.segment_times,
             long_form=long_form,
         )
 

@@ -207,23 +207,9 @@ class WhisperEngine:
         first = requests[0]
         started = time.perf_counter()
         timed = first.segment_times or first.word_timestamps
-        per_request = self._decode_clips([r.audio for r in requests], first, should_stop)
-        tails = [
-            (i, segments[-1].end, tail_start(requests[i].audio, segments[-1].end))
-            for i, segments in enumerate(per_request)
-            if timed
-            and segments
-            and len(requests[i].audio) / SAMPLE_RATE - segments[-1].end >= TAIL_MIN_S
-        ]
-        tails = [t for t in tails if _sounds(requests[t[0]].audio, t[2])]
-        if tails:
-            audios = [requests[i].audio[start:] for i, _, start in tails]
-            origins = [start / SAMPLE_RATE for _, _, start in tails]
-            rest = self._decode_clips(audios, first, should_stop, origins)
-            for (i, end, _), segments in zip(tails, rest, strict=True):
-                for s in segments:  # no cue may start before the one it follows ends
-                    s.start, s.end = max(s.start, end), max(s.end, end)
-                per_request[i] += [s for s in segments if (s.no_speech_prob or 0.0) <= 0.6]
+        per_request = self._decode_clips([r.audio for r in requests], first, timed, should_stop)
+        if timed:
+            self._decode_tails(requests, per_request, first, should_stop)
         share = (time.perf_counter() - started) / len(requests)
         return [
             TranscribeResult(
@@ -235,10 +221,36 @@ class WhisperEngine:
             for segments in per_request
         ]
 
+    def _decode_tails(
+        self,
+        requests: list[TranscribeRequest],
+        per_request: list[list[Segment]],
+        first: TranscribeRequest,
+        should_stop: ShouldStop,
+    ) -> None:
+        """Append to each request's segments those of what follows its last one."""
+        tails = []  # (request index, its last segment's end, the tail's first sample)
+        for i, segments in enumerate(per_request):
+            audio = requests[i].audio
+            if segments and len(audio) / SAMPLE_RATE - segments[-1].end >= TAIL_MIN_S:
+                start = tail_start(audio, segments[-1].end)
+                if _sounds(audio, start):
+                    tails.append((i, segments[-1].end, start))
+        if not tails:
+            return
+        audios = [requests[i].audio[start:] for i, _, start in tails]
+        origins = [start / SAMPLE_RATE for _, _, start in tails]
+        rest = self._decode_clips(audios, first, True, should_stop, origins)
+        for (i, end, _), segments in zip(tails, rest, strict=True):
+            for s in segments:  # no cue may start before the one it follows ends
+                s.start, s.end = max(s.start, end), max(s.end, end)
+            per_request[i] += [s for s in segments if (s.no_speech_prob or 0.0) <= 0.6]
+
     def _decode_clips(
         self,
         audios: list[np.ndarray],
         first: TranscribeRequest,
+        timed: bool,
         should_stop: ShouldStop,
         origins: list[float] | None = None,
     ) -> list[list[Segment]]:
@@ -259,7 +271,7 @@ class WhisperEngine:
             temperature=first.temperature or 0.0,
             beam_size=self._beam_size,
             word_timestamps=first.word_timestamps,
-            without_timestamps=not (first.segment_times or first.word_timestamps),
+            without_timestamps=not timed,
             clip_timestamps=clips,
             batch_size=len(audios),
         )

@@ -66,3 +66,13 @@ class LocalAgreement:
     @property
     def stable(self) -> str:
         return join_texts(self._stable)
+
+
+def held_back(text: str, stable: str) -> str:
+    """The stable words, then the hypothesis's words after them without its last word,
+    which the audio usually cuts in the middle (the next partial or the final brings it).
+    A one-word hypothesis stays whole (the first partial comes as early as before). The
+    result always starts with the stable text."""
+    words, fixed = split_words(text), split_words(stable)
+    tail = words[len(fixed) : -1 if len(words) >= 2 else None]
+    return join_texts(fixed + tail)

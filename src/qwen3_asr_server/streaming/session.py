@@ -33,10 +33,9 @@ import numpy as np
 from loguru import logger
 
 from ..errors import APIError
-from ..segmentation import quietest_point
-from ..text import join_texts, split_words
 from ..vad import FRAME, SileroModel
-from .agreement import MIN_WORD_PROB, Draft, LocalAgreement
+from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
+from .utterance import Utterance
 
 SAMPLE_RATE = 16000
 EARLY_FINAL_MS = 450  # start the final this long before the end-of-utterance silence is due
@@ -62,42 +61,6 @@ class StreamConfig:
     max_pending_s: float = 60.0  # audio waiting for its final before feed() waits
 
 
-def held_back(text: str, stable: str) -> str:
-    """The stable words, then the hypothesis's words after them without its last word,
-    which the audio usually cuts in the middle (the next partial or the final brings it).
-    A one-word hypothesis stays whole (the first partial comes as early as before). The
-    result always starts with the stable text."""
-    words, fixed = split_words(text), split_words(stable)
-    tail = words[len(fixed) : -1 if len(words) >= 2 else None]
-    return join_texts(fixed + tail)
-
-
-class _Utterance:
-    """The open utterance's audio, bounded by max_utterance_s (forced final)."""
-
-    def __init__(self, utterance_id: int, capacity: int, start_sample: int) -> None:
-        self.id = utterance_id
-        self.buf = np.zeros(capacity, dtype=np.float32)
-        self.length = 0
-        self.start_sample = start_sample
-        self.partials = 0  # partials sent for this utterance
-        self.shown = ("", "")  # the last partial's text and stable text
-
-    def add(self, samples: np.ndarray) -> None:
-        self.buf[self.length : self.length + len(samples)] = samples
-        self.length += len(samples)
-
-    @property
-    def audio(self) -> np.ndarray:
-        return self.buf[: self.length]
-
-    def tail(self, seconds: float) -> np.ndarray:
-        """A copy of the last `seconds`. Safe from another thread while the event loop
-        appends: samples below `length` are written before `length` moves."""
-        end = self.length
-        return self.buf[max(0, end - int(seconds * SAMPLE_RATE)) : end].copy()
-
-
 class StreamSession:
     def __init__(
         self,
@@ -117,7 +80,7 @@ class StreamSession:
         self._utterance_ids = itertools.count(1)
         self._leftover = np.zeros(0, dtype=np.float32)
         self._preroll: list[np.ndarray] = []
-        self._utt: _Utterance | None = None
+        self._utt: Utterance | None = None
         self._silence = 0  # samples of non-speech since the last speech frame
         self._since_partial = 0  # samples of speech since the last partial was started
         self._partial: asyncio.Task[None] | None = None
@@ -126,7 +89,7 @@ class StreamSession:
         self._early: asyncio.Task[str] | None = None
         self._early_len = 0
         self._finals: asyncio.Queue[
-            tuple[_Utterance, np.ndarray, str, asyncio.Task[str] | None, float] | None
+            tuple[Utterance, np.ndarray, str, asyncio.Task[str] | None, float] | None
         ] = asyncio.Queue()
         self._final_task = asyncio.create_task(self._run_finals())
         self._pending = 0  # samples committed whose final has not been emitted yet
@@ -257,13 +220,15 @@ class StreamSession:
             self._since_partial = 0
             self._partial = asyncio.create_task(self._run_partial(self._utt))
 
-    async def _start(self, frame: np.ndarray) -> None:
+    def _new_utterance(self, start_sample: int) -> Utterance:
         capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
+        return Utterance(next(self._utterance_ids), capacity, start_sample)
+
+    async def _start(self, frame: np.ndarray) -> None:
         pre = np.concatenate(self._preroll) if self._preroll else np.zeros(0, np.float32)
         self._preroll = []
-        start = self._pos - FRAME - len(pre)
-        self._utt = _Utterance(next(self._utterance_ids), capacity, max(0, start))
-        self._utt.add(pre[: capacity - FRAME])
+        self._utt = self._new_utterance(max(0, self._pos - FRAME - len(pre)))
+        self._utt.add(pre[: len(self._utt.buf) - FRAME])  # room for the frame
         self._utt.add(frame)
         self._silence = 0
         first = min(FIRST_PARTIAL_S, self.config.partial_interval_s)
@@ -281,13 +246,11 @@ class StreamSession:
         """Maximum length: final for the part before the quietest point of the last 3 s."""
         utt = self._utt
         assert utt is not None
-        search = min(utt.length // 2, 3 * SAMPLE_RATE)
-        cut = utt.length - search + quietest_point(utt.audio[utt.length - search :])
+        cut = utt.quietest_cut(3.0)
         rest = utt.audio[cut:].copy()
         utt.length = cut
         await self._commit("max_length")
-        capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
-        self._utt = _Utterance(next(self._utterance_ids), capacity, utt.start_sample + cut)
+        self._utt = self._new_utterance(utt.start_sample + cut)
         self._utt.add(rest)
         self._since_partial = len(rest)
         self._agreement.reset()  # the next utterance's stable text starts empty
@@ -327,7 +290,7 @@ class StreamSession:
         result = await self._transcribe(audio, self.config.language, False)
         return result if isinstance(result, str) else result.confident_text(0.0)
 
-    async def _run_partial(self, utt: _Utterance) -> None:
+    async def _run_partial(self, utt: Utterance) -> None:
         window_s = self.config.window_max_s
         hypothesis: str | Draft | None = None
         try:  # the window is taken when the job starts: the newest audio, not stale audio
@@ -381,7 +344,7 @@ class StreamSession:
                     self._room.set()
 
     async def _final(
-        self, utt: _Utterance, audio: np.ndarray, reason: str, early: asyncio.Task[str] | None
+        self, utt: Utterance, audio: np.ndarray, reason: str, early: asyncio.Task[str] | None
     ) -> None:
         try:
             if early is not None:
