@@ -23,6 +23,7 @@ from contract import check_stream, check_transcription, sse_data
 from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
+from qwen3_asr_server.compaction import compact
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from server import LiveServer, live_server
@@ -113,7 +114,12 @@ def test_each_cut_is_one_engine_job_of_at_most_30_s(server: LiveServer) -> None:
     calls = engine.calls[before:]
     assert len(calls) >= 4
     assert max(calls) <= 30.0
-    assert sum(calls) == pytest.approx(sf.info(speech.path(LONG)).duration, abs=0.01)
+    # all of the file but the shortened pauses (COMPACT_PAUSES_MS), each sample once
+    samples, _ = sf.read(speech.path(LONG), dtype="float32")
+    compacted = compact(samples, server.ctx.settings.compact_pauses_ms / 1000)
+    assert compacted is not None
+    assert compacted.length < len(samples) - 10 * 16000  # the fixture pauses 0.6 s
+    assert sum(calls) == pytest.approx(compacted.length / 16000, abs=0.01)
 
 
 def test_verbose_json_words_are_monotonic_and_inside_the_audio(long_verbose: Any) -> None:
@@ -317,3 +323,30 @@ def test_a_realtime_job_runs_between_two_segments_of_a_long_upload() -> None:
         assert "realtime" in order
         index = order.index("realtime")
         assert 0 < index < order.count("segment"), order  # between segments, not after all
+
+
+def test_the_first_segment_runs_alone_even_when_the_rest_is_queued_with_it() -> None:
+    """The engine is busy when the upload comes, so all its segments wait together: the
+    first must still not join the batch behind it (its SSE event would come ~4x later)."""
+    import asyncio
+
+    engine = Recording(create_engine(whisper_settings()))
+    with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]
+        gate = threading.Event()
+        busy = asyncio.run_coroutine_threadsafe(
+            srv.ctx.scheduler.submit(lambda: gate.wait(60)), srv.server_loop
+        )
+        thread = threading.Thread(target=lambda: create(srv, LONG))
+        thread.start()
+        deadline, depth = time.monotonic() + 60, -1
+        while time.monotonic() < deadline:  # until all the segments in flight are queued
+            time.sleep(0.5)
+            if srv.ctx.scheduler.depth == depth and depth >= 3:
+                break
+            depth = srv.ctx.scheduler.depth
+        gate.set()
+        busy.result(60)
+        thread.join(300)
+    assert engine.batch_sizes[0] == 1, engine.batch_sizes
+    assert engine.calls[0] <= 10.0
+    assert max(engine.batch_sizes) >= 2, engine.batch_sizes  # the rest still batch

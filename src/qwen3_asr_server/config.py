@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     segment_max_seconds: float = Field(default=30.0, ge=5, le=300)
     """Long audio is cut into segments of at most this length, at pauses; each is its own
     inference job."""
+    compact_pauses_ms: int = Field(default=150, ge=0, le=10000)
+    """Before a long file (longer than one segment) is cut, each pause longer than this
+    (quiet, about -40 dB below its loud parts) is shortened to it: fewer 30 s windows to
+    decode. Times in the answer are on the original timeline. 0 keeps the audio as is."""
     segment_vad: bool = True
     """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
 

@@ -54,15 +54,26 @@ class Segmenter:
             yield Span(pos, end)
             pos = end
 
-    def next_cut(self, samples: np.ndarray, pos: int, max_samples: int | None = None) -> int:
+    def next_cut(
+        self,
+        samples: np.ndarray,
+        pos: int,
+        max_samples: int | None = None,
+        pauses: np.ndarray | None = None,
+    ) -> int:
         """End of the segment that starts at `pos`: ≤ `max_samples` (default: the
-        segmenter's) long, cut at a pause in its last `search_seconds`."""
+        segmenter's) long, cut at a pause in its last `search_seconds`: the last of the
+        known `pauses` (sample indexes, sorted) there, else one the VAD finds."""
         total = len(samples)
         longest = min(max_samples or self.max_samples, self.max_samples)
         if total - pos <= longest:
             return total
         search = min(self.search_samples, longest // 2)
         lo = pos + longest - search
+        if pauses is not None:
+            known = pauses[(pauses > lo) & (pauses <= pos + longest)]
+            if len(known):
+                return int(known[-1])
         window = samples[lo : pos + longest]
         offset = self._vad_pause(window) if self.vad is not None else None
         if offset is None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .audio import SAMPLE_RATE, Audio
+from .compaction import Compacted, Source, compact
 from .config import Settings
 from .engines.base import (
     ALIGNER_MAX_SECONDS,
@@ -150,6 +151,15 @@ class TranscriptionService:
             limit = min(limits, default=None)
             word_source = engine.word_timestamps if options.word_timestamps else ""
             long_form = total > min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
+            keep = self.settings.compact_pauses_ms / 1000
+            # the long pauses of a long file are shortened first: fewer windows to decode
+            compacted = (
+                await asyncio.to_thread(compact, audio.samples, keep)
+                if long_form and keep
+                else None
+            )
+            source = Source(audio.samples, compacted)
+            total = source.length
             first = limit
             if long_form:
                 first = min(limit or total, int(FIRST_SEGMENT_SECONDS * SAMPLE_RATE))
@@ -163,15 +173,19 @@ class TranscriptionService:
             try:
                 while pos < total or window:
                     while pos < total and len(window) < size:
-                        end = await self._next_cut(audio, pos, first if pos == 0 else limit)
+                        end = await self._next_cut(source, pos, first if pos == 0 else limit)
                         span = Span(pos, end)
-                        job = self._segment_job(engine, audio, span, options, long_form)
+                        # a long file's first segment runs alone, even when the engine
+                        # is busy and the rest is queued with it: its event comes early
+                        batch = not (long_form and span.start == 0)
+                        segment = source.take(span.start, span.end)
+                        job = self._segment_job(engine, segment, span, options, long_form, batch)
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
                         pos = end
                     span, task, submitted = window.popleft()
                     result = await task
                     seconds = time.perf_counter() - submitted
-                    yield self._shift(index, span, result, seconds, options, word_source)
+                    yield self._shift(index, span, result, seconds, options, word_source, compacted)
                     index += 1
             finally:
                 for _, task, _ in window:
@@ -200,10 +214,16 @@ class TranscriptionService:
         )
 
     async def _segment_job(
-        self, engine: Engine, audio: Audio, span: Span, options: Options, long_form: bool
+        self,
+        engine: Engine,
+        samples: np.ndarray,
+        span: Span,
+        options: Options,
+        long_form: bool,
+        batch_ok: bool,
     ) -> TranscribeResult:
-        request = self._request(audio.samples[span.start : span.end], options, long_form)
-        key = engine.batch_key(request) if self.settings.max_batch_size > 1 else None
+        request = self._request(samples, options, long_form)
+        key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
         batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
         return await self._run(call, options.priority, batch, span.end_s - span.start_s)
@@ -280,15 +300,19 @@ class TranscriptionService:
         parts = [part async for part in self.stream(audio, options)]
         return merge(parts, audio, options.language)
 
-    async def _next_cut(self, audio: Audio, pos: int, limit: int | None = None) -> int:
-        if len(audio.samples) - pos <= min(
-            limit or self.segmenter.max_samples, self.segmenter.max_samples
-        ):
-            return len(audio.samples)
+    async def _next_cut(self, source: Source, pos: int, limit: int | None) -> int:
+        longest = min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
+        if source.length - pos <= longest:
+            return source.length
+        # from `pos`: one sample more than a segment, so the segmenter sees that more follows
+        window = source.take(pos, min(source.length, pos + longest + 1))
         try:
-            return await asyncio.to_thread(self.segmenter.next_cut, audio.samples, pos, limit)
+            cut = await asyncio.to_thread(
+                self.segmenter.next_cut, window, 0, limit, source.pauses_after(pos)
+            )
         except ModelLoadError as exc:
             raise ModelUnavailableError(str(exc)) from exc
+        return pos + cut
 
     @staticmethod
     def _shift(
@@ -298,14 +322,24 @@ class TranscriptionService:
         job_seconds: float,
         options: Options,
         word_source: str,
+        compacted: Compacted | None = None,
     ) -> SegmentResult:
         offset = span.start_s
         segments = []
         end = span.end_s  # an engine's times may overshoot its audio by a rounding step
+
+        def start_at(t: float) -> float:
+            t = min(t + offset, end)
+            return compacted.to_original(t) if compacted is not None else t
+
+        def end_at(t: float) -> float:
+            t = min(t + offset, end)
+            return compacted.to_original(t, end=True) if compacted is not None else t
+
         for s in result.segments:
-            s.start, s.end = min(s.start + offset, end), min(s.end + offset, end)
+            s.start, s.end = start_at(s.start), end_at(s.end)
             for w in s.words:
-                w.start, w.end = min(w.start + offset, end), min(w.end + offset, end)
+                w.start, w.end = start_at(w.start), end_at(w.end)
             s.text = collapse_repetitions(s.text)
             if s.text:
                 segments.append(s)
@@ -313,6 +347,10 @@ class TranscriptionService:
         if options.word_timestamps:
             source = word_source if all(s.words for s in segments) else "estimate"
             ensure_words(segments)
+        if compacted is not None:
+            span = Span(
+                compacted.original_sample(span.start), compacted.original_sample(span.end, True)
+            )
         return SegmentResult(
             index=index,
             span=span,

@@ -1,0 +1,119 @@
+"""Shorten the long pauses of a long upload before it is cut into windows.
+
+A whisper window is 30 s of audio whatever it holds, so seconds of silence between
+sentences cost encoder and decoder time. Each quiet run (smoothed RMS below 1% of the
+file's loud frames, about -40 dB) longer than `keep` seconds is shortened to `keep`: half
+of it stays at each end, so words keep their edges and sentences stay apart. Speech is
+never removed: a run counts only if all of it is quiet.
+
+The result is a map, not a copy: which pieces of the original are kept (`take` assembles
+any stretch of the shortened audio, a segment at a time, so a long file is never held
+twice), how times in it map back to the original timeline, and where the shortened pauses
+are: the best places to cut it into windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+HOP = 160  # 10 ms energy frames
+SMOOTH = 5  # frames: a 50 ms moving average, so one quiet frame inside a word is not a pause
+QUIET = 0.01  # of the loud (95th percentile) frames' RMS: about -40 dB
+BLOCK = 6000  # frames per energy block (60 s)
+FLOOR = 1e-5  # RMS that is always quiet (digital silence), even in a very quiet file
+
+
+@dataclass(frozen=True)
+class Compacted:
+    length: int  # samples in the shortened audio
+    pauses: np.ndarray  # sample index in the shortened audio of each shortened pause's middle
+    starts: np.ndarray  # sample index in the shortened audio where each kept piece starts
+    origins: np.ndarray  # sample index in the original audio of each piece's start
+    original_length: int
+
+    def take(self, samples: np.ndarray, start: int, end: int) -> np.ndarray:
+        """Samples [start, end) of the shortened audio, from the original `samples` (a view
+        when they lie in one kept piece)."""
+        first = max(0, int(np.searchsorted(self.starts, start, side="right")) - 1)
+        last = max(0, int(np.searchsorted(self.starts, end, side="left")) - 1)
+        parts = []
+        for i in range(first, last + 1):
+            a = max(start, int(self.starts[i]))
+            b = min(end, int(self.starts[i + 1]) if i + 1 < len(self.starts) else self.length)
+            origin = int(self.origins[i]) - int(self.starts[i])
+            parts.append(samples[a + origin : b + origin])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def to_original(self, seconds: float, end: bool = False) -> float:
+        """A time in the shortened audio → the same moment in the original. A time at a
+        shortened pause's middle is its far side; as an `end`, its near side."""
+        sample = round(seconds * SAMPLE_RATE)
+        i = max(0, int(np.searchsorted(self.starts, sample, side="left" if end else "right")) - 1)
+        return min(int(self.origins[i]) + sample - int(self.starts[i]), self.original_length) / (
+            SAMPLE_RATE
+        )
+
+    def original_sample(self, sample: int, end: bool = False) -> int:
+        if sample >= self.length:
+            return self.original_length
+        return round(self.to_original(sample / SAMPLE_RATE, end) * SAMPLE_RATE)
+
+
+def compact(samples: np.ndarray, keep_seconds: float) -> Compacted | None:
+    """The audio with every quiet run longer than `keep_seconds` shortened to it; None when
+    there is none (nothing to gain, no copy)."""
+    hops = len(samples) // HOP
+    keep = max(1, round(keep_seconds * SAMPLE_RATE / HOP))
+    if hops <= keep:
+        return None
+    frames = samples[: hops * HOP].reshape(hops, HOP)  # a view: an hour is 230 MB
+    energy = np.empty(hops)
+    for i in range(0, hops, BLOCK):  # a minute at a time: no copy of the whole file
+        block = frames[i : i + BLOCK].astype(np.float64)
+        energy[i : i + BLOCK] = np.sqrt(np.mean(block * block, axis=1))
+    energy = np.convolve(energy, np.ones(SMOOTH) / SMOOTH, "same")
+    quiet = energy < max(QUIET * float(np.percentile(energy, 95)), FLOOR)
+    edges = np.diff(np.concatenate(([0], quiet.astype(np.int8), [0])))
+    runs = [
+        (int(s), int(e))
+        for s, e in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True)
+        if e - s > keep
+    ]
+    if not runs:
+        return None
+    cuts = [((s + keep // 2) * HOP, (e - (keep - keep // 2)) * HOP) for s, e in runs]
+    pieces_from = [0, *(b for _, b in cuts)]
+    pieces_to = [*(a for a, _ in cuts), len(samples)]
+    lengths = np.array([b - a for a, b in zip(pieces_from, pieces_to, strict=True)])
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return Compacted(
+        length=int(lengths.sum()),
+        pauses=starts[1:].copy(),
+        starts=starts,
+        origins=np.array(pieces_from),
+        original_length=len(samples),
+    )
+
+
+class Source:
+    """What a file is cut from: its samples, shortened by `compacted` if given."""
+
+    def __init__(self, samples: np.ndarray, compacted: Compacted | None = None) -> None:
+        self.samples = samples
+        self.compacted = compacted
+        self.length = compacted.length if compacted is not None else len(samples)
+
+    def take(self, start: int, end: int) -> np.ndarray:
+        if self.compacted is None:
+            return self.samples[start:end]  # a view
+        return self.compacted.take(self.samples, start, end)
+
+    def pauses_after(self, pos: int) -> np.ndarray | None:
+        """The shortened pauses' positions, from `pos` on (None: not known)."""
+        if self.compacted is None:
+            return None
+        pauses = self.compacted.pauses
+        return pauses[pauses > pos] - pos

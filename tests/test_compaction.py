@@ -1,0 +1,184 @@
+"""Shortening the long pauses of a long upload (compaction.py): unit tests on synthetic
+audio, then real speech through the server (whisper tiny.en) with times on the original
+timeline."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+import speech
+from engines import Recording
+from helpers import whisper_settings
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.compaction import compact
+from qwen3_asr_server.engines import create_engine
+from qwen3_asr_server.segmentation import Segmenter
+from server import live_server
+from wer import normalize, wer
+
+RATE = 16000
+
+
+def pieces(pattern: list[tuple[str, float]], level: float = 0.3) -> np.ndarray:
+    """('speech'|'gap', seconds): noise bursts of `level` RMS, digital silence between."""
+    rng = np.random.default_rng(1)
+    return np.concatenate(
+        [
+            rng.normal(0, level, int(s * RATE)) if kind == "speech" else np.zeros(int(s * RATE))
+            for kind, s in pattern
+        ]
+    ).astype(np.float32)
+
+
+def test_long_pauses_are_shortened_and_short_ones_kept() -> None:
+    audio = pieces([("speech", 2), ("gap", 3), ("speech", 2), ("gap", 0.1), ("speech", 2)])
+    result = compact(audio, 0.15)
+    assert result is not None
+    # 3 s of pause -> 0.15 s (± the 50 ms smoothing at each edge); the 0.1 s gap stays
+    assert result.length / RATE == pytest.approx(6.1 + 0.15, abs=0.06)
+    assert len(result.pauses) == 1
+    # every loud sample is still there, in order, however the shortened audio is taken
+    shortened = result.take(audio, 0, result.length)
+    assert np.array_equal(shortened[np.abs(shortened) > 0], audio[np.abs(audio) > 0])
+    parts = [result.take(audio, a, a + 7919) for a in range(0, result.length, 7919)]
+    assert np.array_equal(np.concatenate(parts), shortened)
+
+
+def test_nothing_to_shorten_is_none() -> None:
+    assert compact(pieces([("speech", 5), ("gap", 0.1), ("speech", 5)]), 0.15) is None
+    assert compact(np.zeros(100, np.float32), 0.15) is None
+
+
+def test_quiet_speech_is_not_a_pause() -> None:
+    """A soft speaker 30 dB below a loud one is still speech: nothing of it is removed."""
+    loud, soft = pieces([("speech", 3)]), pieces([("speech", 3)], level=0.3 * 10 ** (-30 / 20))
+    gap = np.zeros(2 * RATE, np.float32)
+    audio = np.concatenate([loud, gap, soft, gap, loud])
+    result = compact(audio, 0.15)
+    assert result is not None
+    assert result.length / RATE == pytest.approx(9 + 2 * 0.15, abs=0.1)
+    assert np.count_nonzero(result.take(audio, 0, result.length)) == np.count_nonzero(audio)
+
+
+def test_times_map_back_to_the_same_sample_of_the_original() -> None:
+    audio = pieces(
+        [("gap", 1), ("speech", 2), ("gap", 4), ("speech", 1.5), ("gap", 2.5), ("speech", 2)]
+    )
+    result = compact(audio, 0.2)
+    assert result is not None
+    assert result.to_original(0.0) == 0.0
+    shortened = result.take(audio, 0, result.length)
+    for t in np.arange(0.0, result.length / RATE, 0.037):
+        original = result.to_original(float(t))
+        assert audio[round(original * RATE)] == shortened[round(t * RATE)]
+    # a pause's middle: the far side as a start, the near side as an end
+    middle = float(result.pauses[1]) / RATE
+    assert result.to_original(middle) > result.to_original(middle, end=True) + 2.0
+    assert result.original_sample(result.length) == len(audio)
+
+
+def test_cuts_use_the_known_pauses() -> None:
+    audio = np.zeros(40 * RATE, np.float32)
+    pauses = np.array([6 * RATE, 24 * RATE, 27 * RATE, 31 * RATE])
+    assert Segmenter(30).next_cut(audio, 0, None, pauses) == 27 * RATE  # last one ≤ 30 s
+    assert Segmenter(30).next_cut(audio, 0, 10 * RATE, pauses) == 6 * RATE
+    assert Segmenter(30).next_cut(audio, 7 * RATE, None, pauses) == 31 * RATE
+
+
+# -- real speech through the server -------------------------------------------------------
+SENTENCES = [f"sentence_{i:02d}.wav" for i in range(1, 7)]
+GAP_S = 5.0
+
+
+def spaced_speech(noise_db: float | None = None) -> tuple[bytes, list[tuple[float, float]]]:
+    """Six sentences, each followed by 5 s of pause (~47 s): the WAV and each sentence's
+    (start, end) in seconds. With `noise_db`, a noise floor that many dB below full scale."""
+    clips, spans, pos = [], [], 0.0
+    for name in SENTENCES:
+        clip, rate = sf.read(speech.path(name), dtype="float32")
+        assert rate == RATE
+        spans.append((pos, pos + len(clip) / RATE))
+        clips += [clip, np.zeros(int(GAP_S * RATE), np.float32)]
+        pos += len(clip) / RATE + GAP_S
+    audio = np.concatenate(clips)
+    if noise_db is not None:
+        noise = np.random.default_rng(2).normal(0, 10 ** (noise_db / 20), len(audio))
+        audio = (audio + noise).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, audio, RATE, format="WAV", subtype="PCM_16")
+    return buf.getvalue(), spans
+
+
+def sentence_of(t: float, spans: list[tuple[float, float]], slack: float = 0.5) -> int | None:
+    return next((i for i, (a, b) in enumerate(spans) if a - slack <= t <= b + slack), None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise_db", [None, -60.0])
+def test_pauses_are_skipped_and_times_stay_on_the_original_timeline(
+    noise_db: float | None,
+) -> None:
+    wav, spans = spaced_speech(noise_db)
+    duration = sf.info(io.BytesIO(wav)).duration
+    results: dict[int, Any] = {}
+    seconds: dict[int, float] = {}
+    for keep in (0, 150):
+        settings = whisper_settings(compact_pauses_ms=keep)
+        engine = Recording(create_engine(settings))
+        with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+            client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0)
+            results[keep] = client.audio.transcriptions.create(
+                model="whisper-1",
+                file=("spaced.wav", wav),
+                response_format="verbose_json",
+                timestamp_granularities=["word", "segment"],
+            )
+        seconds[keep] = sum(engine.calls)
+    assert seconds[0] == pytest.approx(duration, abs=0.01)
+    assert seconds[150] < duration - 5 * (GAP_S - 0.5)  # the pauses were not decoded
+    reference = " ".join(speech.sentences()[name] for name in SENTENCES)
+    compacted = results[150]
+    assert compacted.duration == pytest.approx(duration, abs=0.01)
+    assert wer([reference], [compacted.text]) <= wer([reference], [results[0].text]) + 0.05
+    # every word lies in the sentence it belongs to, on the original timeline
+    words = compacted.words
+    assert len(words) >= 0.9 * len(normalize(reference).split())
+    placed = 0
+    for w in words:
+        i, j = sentence_of(w.start, spans), sentence_of(w.end, spans)
+        assert i is not None and i == j, (w, spans)
+        token = normalize(w.word)
+        placed += bool(token) and token in normalize(speech.sentences()[SENTENCES[i]]).split()
+    assert placed >= 0.8 * len(words)
+    for s in compacted.segments:
+        assert sentence_of(s.start, spans) is not None and s.end <= duration + 0.01
+
+
+@pytest.mark.slow
+def test_seed_stream_chunks_cover_the_original_timeline() -> None:
+    wav, _ = spaced_speech()
+    duration = sf.info(io.BytesIO(wav)).duration
+    settings = whisper_settings(sse_chunk_seconds=10)  # several chunks of ≤10 s of speech
+    with live_server(create_app(settings)) as srv:
+        response = httpx.post(
+            srv.url + "/v1/audio/transcriptions/stream",
+            files={"file": ("spaced.wav", wav)},
+            timeout=120,
+        )
+    events = [json.loads(x[5:]) for x in response.text.splitlines() if x.startswith("data: {")]
+    chunks = [e for e in events if e["type"] == "segment"]
+    assert len(chunks) >= 2
+    assert chunks[0]["start"] == 0 and chunks[-1]["end"] == round(duration, 3)
+    for a, b in itertools.pairwise(chunks):
+        assert a["end"] <= b["start"] + 0.001  # in order, on the original timeline
+    assert chunks[-1]["is_final"] and not any(c["is_final"] for c in chunks[:-1])
+    assert events[-1]["done"] is True
