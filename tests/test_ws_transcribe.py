@@ -87,7 +87,11 @@ def test_8_khz_telephony_input_is_resampled(server: LiveServer) -> None:
         c = Collector(ws)
         stream(ws, np.concatenate([audio8k, np.zeros(6000, np.float32)]), rate=8000, speed=4)
         assert c.wait_for(lambda c: c.finals(), timeout=20)
-    assert normalize(c.finals()[0]).startswith("please call me back")
+    # tiny.en hears the band-limited espeak voice roughly ("please call me mac when you get
+    # home to hide", beam 5); 8 kHz taken as 16 kHz (double speed) gives nothing like it
+    final = " ".join(c.finals())
+    assert normalize(final).startswith("please call me"), final
+    assert wer([speech.sentences()["sentence_02.wav"]], [final]) < 0.4, final
 
 
 def test_flush_without_server_vad(server: LiveServer) -> None:
