@@ -19,9 +19,11 @@ import speech
 from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.compaction import compact
+from qwen3_asr_server.compaction import Source, compact
 from qwen3_asr_server.engines import create_engine
-from qwen3_asr_server.segmentation import Segmenter
+from qwen3_asr_server.engines.base import Segment, TranscribeResult, Word
+from qwen3_asr_server.segmentation import Segmenter, Span
+from qwen3_asr_server.service import Options, TranscriptionService
 from server import live_server
 from wer import normalize, wer
 
@@ -92,6 +94,39 @@ def test_cuts_use_the_known_pauses() -> None:
     assert Segmenter(30).next_cut(audio, 0, None, pauses) == 27 * RATE  # last one ≤ 30 s
     assert Segmenter(30).next_cut(audio, 0, 10 * RATE, pauses) == 6 * RATE
     assert Segmenter(30).next_cut(audio, 7 * RATE, None, pauses) == 31 * RATE
+
+
+def test_times_at_a_cut_or_on_a_pause_never_run_backwards() -> None:
+    """Cuts fall where two kept pieces join: a start clamped to the segment's end, or a
+    zero-length word on a join, maps to the far side of the pause as a start and the near
+    side as an end; starts are capped at their ends."""
+    audio = pieces([("speech", 2), ("gap", 3), ("speech", 2), ("gap", 3), ("speech", 2)])
+    result = compact(audio, 0.15)
+    assert result is not None
+    join1, join2 = (int(p) for p in result.pauses)
+    span = Span(join1, join2)  # the middle piece, cut at both joins
+    local_end = (join2 - join1) / RATE
+    inner = Segment(0.5, local_end + 0.3, "overshoots", [Word("late", local_end, local_end + 0.2)])
+    engine_result = TranscribeResult("x", "en", [inner])
+    part = TranscriptionService._shift(0, span, engine_result, 0.0, Options(), "", result)
+    for item in [*part.segments, *part.segments[0].words]:
+        assert item.start <= item.end, item
+        assert item.end <= part.span.end_s + 1e-6
+    whole = Span(0, result.length)  # a zero-length word exactly on the first join
+    at_join = join1 / RATE
+    word = Word("on", at_join, at_join)
+    engine_result = TranscribeResult("x", "en", [Segment(0.0, at_join, "on", [word])])
+    part = TranscriptionService._shift(0, whole, engine_result, 0.0, Options(), "", result)
+    assert part.segments[0].words[0].start <= part.segments[0].words[0].end
+    assert part.span.end == len(audio)
+
+
+def test_no_cut_at_a_pause_in_the_last_second() -> None:
+    audio = pieces([("speech", 29.5), ("gap", 1), ("speech", 3), ("gap", 2)])
+    result = compact(audio, 0.15)
+    assert result is not None and len(result.pauses) == 2
+    pauses = Source(audio, result).pauses_after(0)
+    assert pauses is not None and list(pauses) == [int(result.pauses[0])]
 
 
 # -- real speech through the server -------------------------------------------------------

@@ -3,8 +3,10 @@
 A whisper window is 30 s of audio whatever it holds, so seconds of silence between
 sentences cost encoder and decoder time. Each quiet run (smoothed RMS below 1% of the
 file's loud frames, about -40 dB) longer than `keep` seconds is shortened to `keep`: half
-of it stays at each end, so words keep their edges and sentences stay apart. Speech is
-never removed: a run counts only if all of it is quiet.
+of it stays at each end, so words keep their edges and sentences stay apart. A run counts
+only if every frame of it is quiet; "quiet" is relative to the file's loud parts, so speech
+40 dB below a loud part that fills ≥ 5% of the file would be taken for a pause. Lengths
+are in 10 ms steps.
 
 The result is a map, not a copy: which pieces of the original are kept (`take` assembles
 any stretch of the shortened audio, a segment at a time, so a long file is never held
@@ -24,6 +26,7 @@ SMOOTH = 5  # frames: a 50 ms moving average, so one quiet frame inside a word i
 QUIET = 0.01  # of the loud (95th percentile) frames' RMS: about -40 dB
 BLOCK = 6000  # frames per energy block (60 s)
 FLOOR = 1e-5  # RMS that is always quiet (digital silence), even in a very quiet file
+MIN_TAIL = SAMPLE_RATE  # no cut at a pause in the last second
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,9 @@ class Source:
         return self.compacted.take(self.samples, start, end)
 
     def pauses_after(self, pos: int) -> np.ndarray | None:
-        """The shortened pauses' positions, from `pos` on (None: not known)."""
+        """The shortened pauses' positions after `pos`, relative to it (None: not known).
+        Not those in the last second: a cut there would leave a segment of near-silence."""
         if self.compacted is None:
             return None
         pauses = self.compacted.pauses
-        return pauses[pauses > pos] - pos
+        return pauses[(pauses > pos) & (pauses < self.length - MIN_TAIL)] - pos

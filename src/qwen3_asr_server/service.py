@@ -330,6 +330,8 @@ class TranscriptionService:
 
         def start_at(t: float) -> float:
             t = min(t + offset, end)
+            # a start at a shortened pause maps to its far side, so at the span's end (or
+            # at a zero-length word on a pause) it would pass the end; end_at caps it below
             return compacted.to_original(t) if compacted is not None else t
 
         def end_at(t: float) -> float:
@@ -337,9 +339,11 @@ class TranscriptionService:
             return compacted.to_original(t, end=True) if compacted is not None else t
 
         for s in result.segments:
-            s.start, s.end = start_at(s.start), end_at(s.end)
+            s.end = end_at(s.end)
+            s.start = min(start_at(s.start), s.end)
             for w in s.words:
-                w.start, w.end = start_at(w.start), end_at(w.end)
+                w.end = end_at(w.end)
+                w.start = min(start_at(w.start), w.end)
             s.text = collapse_repetitions(s.text)
             if s.text:
                 segments.append(s)
