@@ -11,7 +11,7 @@ set -euo pipefail
 checkout="$(cd "$1" && pwd)"
 hf_home="$2"
 here="$(cd "$(dirname "$0")/.." && pwd)"
-python312="${PYTHON312:-$(ls -d "$HOME"/.pyenv/versions/3.12.*/bin/python 2>/dev/null | tail -n1)}"
+python312="${PYTHON312:-$( (ls -d "$HOME"/.pyenv/versions/3.12.*/bin/python 2>/dev/null || true) | tail -n1)}"
 [ -x "$python312" ] || { echo "no Python 3.12: set PYTHON312" >&2; exit 1; }
 "$python312" -m uv --version >/dev/null 2>&1 || "$python312" -m pip install -q uv
 (cd "$checkout" && UV_PYTHON="$python312" "$python312" -m uv sync --frozen)
