@@ -153,6 +153,9 @@ def test_manual_commit_and_clear(server: LiveServer) -> None:
     finals = completed(events)
     assert len(finals) == 1  # the cleared audio produced nothing
     assert normalize(finals[0].transcript).startswith("please call me back")
+    # usage counts the client's audio, not the silence padded on at commit (was +0.6 s)
+    sent = len(load("sentence_02.wav")) / 16000
+    assert abs(finals[0].usage.seconds - sent) < 0.02, (finals[0].usage.seconds, sent)
     assert any(e.type == "input_audio_buffer.committed" for e in events)
 
 

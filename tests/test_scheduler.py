@@ -152,6 +152,30 @@ async def test_full_queue_is_rejected_with_503() -> None:
         await asyncio.to_thread(sched.stop)
 
 
+async def test_admission_is_checked_once_and_admitted_jobs_are_never_refused() -> None:
+    """MAX_QUEUE is admission control: `admit()` refuses new work when the queue is full,
+    but jobs of admitted work (an upload's next segment, a stream's final) are queued
+    whatever the depth; unadmitted jobs (partials) are refused."""
+    sched = PriorityScheduler(max_queue=2)
+    sched.start()
+    try:
+        holder, release = await occupy(sched)
+        waiting = [asyncio.create_task(sched.submit(lambda: 1, admitted=True)) for _ in range(4)]
+        final = asyncio.create_task(sched.submit(lambda: 2, priority=REALTIME, admitted=True))
+        while sched.depth < 5:
+            await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError):
+            sched.admit()
+        with pytest.raises(QueueFullError):
+            await sched.submit(lambda: 3, priority=PARTIAL)
+        release.set()
+        assert await asyncio.gather(*waiting, final) == [1, 1, 1, 1, 2]
+        await holder
+        sched.admit()  # room again
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
 async def test_stop_fails_pending_jobs() -> None:
     sched = PriorityScheduler(max_queue=4)
     sched.start()

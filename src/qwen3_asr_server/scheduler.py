@@ -137,6 +137,17 @@ class PriorityScheduler:
     def busy(self) -> bool:
         return self._running > 0
 
+    def admit(self) -> None:
+        """Admission control, checked once when new work first asks for the queue (an
+        upload before it is decoded): QueueFullError (503) when `max_queue` jobs wait. Work
+        that was admitted submits its jobs with `admitted=True` and is never refused later;
+        its own in-flight window bounds it."""
+        with self._cond:
+            if self._stopping or not self._threads:
+                raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
+            if len(self._heap) >= self.max_queue:
+                raise QueueFullError()
+
     def realtime_recent(self) -> bool:
         """A streaming job was submitted within `realtime_quiet` seconds."""
         return time.monotonic() - self._last_realtime < self.realtime_quiet
@@ -156,21 +167,25 @@ class PriorityScheduler:
         priority: int = BATCH,
         timeout: float | None = None,
         batch: BatchSpec | None = None,
+        admitted: bool = False,
     ) -> T:
         """Run `fn` on the inference thread and return its result.
 
         With `batch`, the worker may instead run this job inside one `run_many` call with
         other waiting jobs of the same key and priority (up to `max_batch`).
 
-        Raises QueueFullError (503) when the queue is full and RequestTimeoutError (504)
-        when `timeout` seconds pass first. Cancelling the awaiting task cancels the job.
+        `admitted`: the job belongs to work that already passed `admit()` (the next segment
+        of an upload, a stream's final): it is queued whatever the depth. Otherwise it
+        raises QueueFullError (503) when `max_queue` jobs are waiting. Raises
+        RequestTimeoutError (504) when `timeout` seconds pass first. Cancelling the awaiting
+        task cancels the job.
         """
         loop = asyncio.get_running_loop()
         job: _Job[T] = _Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
             if self._stopping or not self._threads:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
-            if len(self._heap) >= self.max_queue:
+            if not admitted and len(self._heap) >= self.max_queue:
                 raise QueueFullError()
             if priority < BATCH:
                 self._last_realtime = time.monotonic()

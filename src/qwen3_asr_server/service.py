@@ -226,7 +226,8 @@ class TranscriptionService:
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
         batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
-        return await self._run(call, options.priority, batch, span.end_s - span.start_s)
+        seconds = span.end_s - span.start_s
+        return await self._run(call, options.priority, batch, seconds, admitted=True)
 
     async def transcribe_realtime(
         self,
@@ -235,11 +236,17 @@ class TranscriptionService:
         *,
         partial: bool = False,
         draft: bool = False,
+        background: bool = False,
     ) -> TranscribeResult:
         """One utterance (≤ ~30 s, no cutting): a final at REALTIME priority, a partial at
         PARTIAL priority. `audio` may be a function, called when the job starts, so that a
         partial that waited decodes the newest audio. A whisper draft also has the words'
-        probabilities (`word_probs`)."""
+        probabilities (`word_probs`).
+
+        Finals are never refused for queue depth (the session was admitted; WS_MAX_SESSIONS
+        and its pending-audio cap bound it); a partial is refused (QueueFullError) when
+        MAX_QUEUE jobs wait. `background`: the final of a client that has left, which no
+        one waits for in real time, runs at upload priority."""
         should_stop = self.scheduler.should_stop
 
         seconds = [0.0]
@@ -252,8 +259,10 @@ class TranscriptionService:
             return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:
-            priority = PARTIAL if partial else REALTIME
-            result = await self._run(lambda: run(engine), priority, None, lambda: seconds[0])
+            priority = PARTIAL if partial else BATCH if background else REALTIME
+            result = await self._run(
+                lambda: run(engine), priority, None, lambda: seconds[0], admitted=not partial
+            )
         result.text = collapse_repetitions(result.text)
         return result
 
@@ -263,11 +272,16 @@ class TranscriptionService:
         priority: int,
         batch: BatchSpec | None = None,
         audio_seconds: float | Callable[[], float] = 0.0,
+        admitted: bool = False,
     ) -> TranscribeResult:
         """Schedule one engine call; engine failures become API errors."""
         try:
             result: TranscribeResult = await self.scheduler.submit(
-                call, priority=priority, timeout=self.settings.request_timeout, batch=batch
+                call,
+                priority=priority,
+                timeout=self.settings.request_timeout,
+                batch=batch,
+                admitted=admitted,
             )
         except APIError:  # queue full, timeout, shutting down
             raise

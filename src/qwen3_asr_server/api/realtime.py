@@ -221,7 +221,12 @@ def to_openai(event: dict[str, Any], state: RealtimeState) -> tuple[dict[str, An
     failed = {
         "type": "conversation.item.input_audio_transcription.failed",
         "content_index": 0,
-        "error": {"type": "server_error", "code": event.get("code"), "message": event["message"]},
+        "error": {
+            "type": "server_error",
+            "code": event["code"],
+            "message": event["message"],
+            "param": None,
+        },
     }
     return {**base, **failed}, False
 

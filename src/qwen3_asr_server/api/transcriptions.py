@@ -15,7 +15,7 @@ from loguru import logger
 
 from ..audio import Audio, check_duration, decode_audio, probe_seconds
 from ..engines.base import ModelLoadError
-from ..errors import BadRequestError, QueueFullError, TooLargeError
+from ..errors import BadRequestError, TooLargeError
 from ..formats import (
     json_body,
     seed_language,
@@ -46,8 +46,7 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     queued would spend CPU and memory on work that is thrown away. The duration is taken
     from the container's header before decoding; when it has none, the audio is refused
     after decoding instead."""
-    if ctx.scheduler.depth >= ctx.scheduler.max_queue:
-        raise QueueFullError()
+    ctx.scheduler.admit()  # MAX_QUEUE is checked here, once; the segments are then admitted
     ctx.budget.check_room()
     limit = ctx.settings.max_upload_bytes
     if (file.size or 0) > limit:  # the body limit middleware already cut bigger bodies

@@ -124,12 +124,13 @@ def new_session(
 
     async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str | Draft:
         result = await ctx.transcriber.transcribe_realtime(
-            audio, language, partial=partial, draft=partial
+            audio, language, partial=partial, draft=partial, background=session.client_gone
         )
         return Draft(result.word_probs) if result.word_probs is not None else result.text
 
     observe = ctx.metrics.final_latency.observe
-    return StreamSession(config, transcribe, emit, ctx.vad, observe)
+    session = StreamSession(config, transcribe, emit, ctx.vad, observe)
+    return session
 
 
 def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamConfig:

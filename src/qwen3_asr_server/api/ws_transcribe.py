@@ -50,8 +50,24 @@ def parse_bool(value: str | None, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+ANSWERS = ("flush", "reset")  # a final that answers one of these is sent even when empty
+
+
 def error(code: str, message: str, status: int) -> dict[str, Any]:
     return {"code": code, "message": message, "statusCode": status}
+
+
+def final_error(event: dict[str, Any]) -> dict[str, Any]:
+    """A final that failed, in the seed's error shape, with the failure's own status:
+    503 (no backend, model unavailable, shutting down) and 504 (timeout) are retryable."""
+    status = int(event["status"])
+    retryable = status in (503, 504)
+    code = {503: "TRANSCRIPTION_UNAVAILABLE", 504: "TRANSCRIPTION_TIMEOUT"}
+    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event["message"], status)
+    body["retryable"] = retryable
+    if retryable and event.get("retry_after"):
+        body["retry_after"] = int(event["retry_after"])
+    return body
 
 
 async def refuse(websocket: WebSocket, body: dict[str, Any], close_code: int) -> None:
@@ -90,10 +106,10 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         if kind == "partial":
             message = {"text": event["text"], "is_partial": True, "is_final": False}
             await outbox.put({**message, "stable_text": event["stable_text"]}, droppable=True)
-        elif kind == "final" and (event["text"] or event["reason"] in ("flush", "reset")):
+        elif kind == "final" and (event["text"] or event["reason"] in ANSWERS or event["answers"]):
             await outbox.put({"text": event["text"], "is_partial": False, "is_final": True})
         elif kind == "error":
-            await outbox.put(error(event["code"], event["message"], 500))
+            await outbox.put(final_error(event))
 
     session = new_session(ctx, base_config(ctx, use_vad, language), emit)
     refused = await register(ctx, session, outbox)
@@ -152,7 +168,10 @@ async def handle_action(
         await outbox.put(error(code, exc.message, 400))
         return
     if isinstance(action, FlushAction):
-        if await session.flush() is None:  # nothing buffered: still answer the flush
+        # The answer comes after every final still pending, in order: the flush's own final,
+        # else the pending one (sent even if empty), else, with nothing at all buffered, an
+        # empty final at once.
+        if await session.flush() is None and not session.answer_pending("flush"):
             await outbox.put({"text": "", "is_partial": False, "is_final": True})
     elif isinstance(action, ResetAction):
         await session.reset()

@@ -58,8 +58,12 @@ class LocalAgreement:
             if _key(a) != _key(b):
                 break
             agreed += 1
-        if agreed > len(self._stable):
-            self._stable = words[:agreed]
+        # Grow only when both hypotheses also agree with what is already stable: a later
+        # pair that agrees on a different start ("A quick brown" after stable "The quick")
+        # must not replace it; clients were already told those words will not change.
+        fixed = len(self._stable)
+        if agreed > fixed and [_key(w) for w in words[:fixed]] == [_key(w) for w in self._stable]:
+            self._stable = self._stable + words[fixed:agreed]
         self._previous = words
         return join_texts(self._stable)
 

@@ -26,7 +26,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,8 @@ AudioSource = np.ndarray | Callable[[], np.ndarray]
 # (audio or a function that returns it when the job starts, language, partial) -> text
 # A partial may come back as a Draft (words with probabilities), a final is always text.
 Transcribe = Callable[[AudioSource, str | None, bool], Coroutine[Any, Any, str | Draft]]
+# close() reasons after which no client waits for the finals: they run at upload priority
+CLIENT_GONE = frozenset({"disconnect", "slow_client"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,19 @@ class StreamConfig:
     max_utterance_s: float = 25.0
     flush_silence_ms: int = 600
     max_pending_s: float = 60.0  # audio waiting for its final before feed() waits
+
+
+@dataclass
+class PendingFinal:
+    """A committed utterance waiting for its final."""
+
+    utt: Utterance
+    audio: np.ndarray  # what is transcribed: the client's audio plus any padding
+    reason: str
+    early: asyncio.Task[str] | None
+    committed: float  # time.monotonic() of the commit
+    seconds: float  # the client's audio in it, without padding (Realtime usage)
+    answers: list[str] = field(default_factory=list)  # flushes this final answers
 
 
 class StreamSession:
@@ -88,9 +103,8 @@ class StreamSession:
         # transcription starts; if the silence holds, that result is the final.
         self._early: asyncio.Task[str] | None = None
         self._early_len = 0
-        self._finals: asyncio.Queue[
-            tuple[Utterance, np.ndarray, str, asyncio.Task[str] | None, float] | None
-        ] = asyncio.Queue()
+        self._finals: asyncio.Queue[PendingFinal | None] = asyncio.Queue()
+        self._last_final: PendingFinal | None = None  # queued or running, not yet emitted
         self._final_task = asyncio.create_task(self._run_finals())
         self._pending = 0  # samples committed whose final has not been emitted yet
         self._room = asyncio.Event()
@@ -98,7 +112,10 @@ class StreamSession:
         self.samples_in = 0  # total audio received, in samples
         self._pos = 0  # samples consumed by the VAD framing (the end of the last frame)
         self._closing: asyncio.Future[None] | None = None
+        self._padded = 0  # samples of the open utterance that are padding, not client audio
         self.closed = False
+        # The client has left: no one waits for the remaining finals in real time.
+        self.client_gone = False
 
     # -- input -------------------------------------------------------------------------
     def configure(self, **changes: Any) -> None:
@@ -140,11 +157,21 @@ class StreamSession:
         if len(self._leftover):
             frame = np.zeros(FRAME, dtype=np.float32)
             frame[: len(self._leftover)] = self._leftover
-            self._leftover = np.zeros(0, dtype=np.float32)
-            self._pos += FRAME
             if self._utt is not None:
                 self._utt.add(frame)
+                self._padded += FRAME - len(self._leftover)
+            self._leftover = np.zeros(0, dtype=np.float32)
+            self._pos += FRAME
         return await self._commit(reason, pad_ms=self.config.flush_silence_ms)
+
+    def answer_pending(self, action: str) -> bool:
+        """A flush found nothing buffered: the final still pending (voice detection closed
+        its utterance) answers it, sent even when its text is empty (its event carries
+        `answers`). False when no final is pending: nothing at all was buffered."""
+        if self._last_final is None:
+            return False
+        self._last_final.answers.append(action)
+        return True
 
     async def reset(self) -> int | None:
         """Finalize what is buffered, then start clean (VAD state, agreement)."""
@@ -171,6 +198,7 @@ class StreamSession:
         await asyncio.shield(self._closing)
 
     async def _close(self, reason: str) -> None:
+        self.client_gone = reason in CLIENT_GONE
         await self.flush(reason)
         self.closed = True
         self._room.set()  # a feed() waiting for room returns (and drops its audio)
@@ -263,15 +291,19 @@ class StreamSession:
             early, self._early = self._early, None
         self._cancel_early()  # any other commit: the early transcription is stale
         self._silence = 0
+        padded, self._padded = self._padded, 0
         if utt is None or utt.length == 0:
             return None
         audio = utt.audio[: self._early_len] if early is not None else utt.audio
+        seconds = (len(audio) - min(padded, len(audio))) / SAMPLE_RATE
         if pad_ms:
             audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
         self._pending += len(audio)
         if self._pending > self.config.max_pending_s * SAMPLE_RATE:
             self._room.clear()
-        await self._finals.put((utt, audio, reason, early, time.monotonic()))
+        item = PendingFinal(utt, audio, reason, early, time.monotonic(), seconds)
+        self._last_final = item
+        await self._finals.put(item)
         await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
         return utt.id
 
@@ -333,44 +365,55 @@ class StreamSession:
             item = await self._finals.get()
             if item is None:
                 return
-            utt, audio, reason, early, committed = item
             try:
-                await self._final(utt, audio, reason, early)
-                if reason == "silence" and self._observe_final is not None:
-                    self._observe_final(time.monotonic() - committed)
+                await self._final(item)
+                if item.reason == "silence" and self._observe_final is not None:
+                    self._observe_final(time.monotonic() - item.committed)
             finally:
-                self._pending -= len(audio)
+                if self._last_final is item:
+                    self._last_final = None
+                self._pending -= len(item.audio)
                 if self._pending <= self.config.max_pending_s * SAMPLE_RATE:
                     self._room.set()
 
-    async def _final(
-        self, utt: Utterance, audio: np.ndarray, reason: str, early: asyncio.Task[str] | None
-    ) -> None:
+    async def _final(self, item: PendingFinal) -> None:
+        utt = item.utt
         try:
-            if early is not None:
-                text = await early
+            if item.early is not None:
+                text = await item.early
             else:
-                text = await self._final_text(audio)
+                text = await self._final_text(item.audio)
         except Exception as exc:
+            # Finals are never refused for queue depth; this is a failure (no backend, a
+            # timeout, the model cannot load): the client hears why and whether to retry.
             logger.opt(exception=exc).error("final transcription failed")
-            message = exc.message if isinstance(exc, APIError) else str(exc)
+            error = exc if isinstance(exc, APIError) else None
+            if self._last_final is item:
+                self._last_final = None
             await self._emit(
                 {
                     "type": "error",
-                    "code": "TRANSCRIPTION_FAILED",
-                    "message": message,
+                    "code": error.code if error is not None else "inference_failed",
+                    "status": error.status if error is not None else 500,
+                    "message": error.message if error is not None else str(exc),
+                    "retry_after": error.headers.get("Retry-After") if error else None,
                     "utterance": utt.id,
+                    "duration": item.seconds,
                 }
             )
             return
-        logger.debug("final ({}, {:.2f} s): {}", reason, len(audio) / SAMPLE_RATE, text)
+        seconds = len(item.audio) / SAMPLE_RATE
+        logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, text)
+        if self._last_final is item:
+            self._last_final = None  # a flush from now on is answered by its own final
         await self._emit(
             {
                 "type": "final",
                 "utterance": utt.id,
                 "text": text,
-                "reason": reason,
-                "duration": len(audio) / SAMPLE_RATE,
+                "reason": item.reason,
+                "answers": list(item.answers),
+                "duration": item.seconds,
             }
         )
 
