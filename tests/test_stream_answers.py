@@ -4,15 +4,19 @@ that has left run at upload priority."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
+from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from server import live_server
+from qwen3_asr_server.engines import create_engine
+from server import LiveServer, live_server
 from streaming_client import Collector, load, open_ws, stream
 
 pytestmark = pytest.mark.slow
@@ -61,3 +65,42 @@ def test_finals_of_a_client_that_left_run_at_upload_priority() -> None:
         while time.monotonic() < deadline and batch_audio_seconds(srv.url) == 0.0:
             time.sleep(0.1)
         assert batch_audio_seconds(srv.url) > 3.0
+
+
+class GatedFinals(Recording):
+    """The real whisper engine; finals wait until `gate` is set."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.gate = threading.Event()
+        self.final_waiting = threading.Event()
+
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+        if not request.partial:
+            self.final_waiting.set()
+            self.gate.wait(120)
+        return super().transcribe(request, should_stop)
+
+
+def test_shutdown_stops_accepting_before_it_drains_the_sessions() -> None:
+    """While the open sessions get their finals at shutdown, no new connection is
+    accepted (it was: and its finals went to a socket already closed)."""
+    settings = whisper_settings(preload=True)
+    engine = GatedFinals(create_engine(settings))
+    srv = LiveServer(create_app(settings, engine=engine))  # type: ignore[arg-type]
+    srv.start()
+    try:
+        ws = open_ws(srv.url, use_server_vad="false")
+        got = Collector(ws)
+        assert got.wait_for(lambda c: c.messages, 30)  # connected
+        stream(ws, load("sentence_01.wav"), speed=8)
+        srv.server.should_exit = True  # shut down with the utterance open
+        assert engine.final_waiting.wait(60)  # the sessions are being finalized now
+        with pytest.raises(OSError):
+            open_ws(srv.url).close()
+        engine.gate.set()
+        assert got.closed.wait(60)
+        assert "quick" in got.finals()[0].lower()
+    finally:
+        engine.gate.set()
+        srv.stop()

@@ -2,7 +2,9 @@
 sessions before closing their sockets.
 
 uvicorn closes WebSocket connections before it runs the app's lifespan shutdown, so a final
-produced there could only be logged. This server asks the app first.
+produced there could only be logged. This server first stops accepting connections, then
+asks the app to finalize its sessions, then lets uvicorn close what is left: a connection
+can no longer be accepted while the sessions drain, and miss its finals.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from .config import Settings
 
 class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:  # stop accepting first (uvicorn does it again: no-op)
+            server.close()
+        for sock in sockets or []:
+            sock.close()
         ctx: Any = getattr(getattr(self.config.app, "state", None), "ctx", None)
         if ctx is not None:
             await ctx.sessions.close_all()  # open utterances get their finals, then close

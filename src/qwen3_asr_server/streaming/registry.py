@@ -20,12 +20,15 @@ class SessionRegistry:
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
         self._sessions: dict[StreamSession, Drain | None] = {}
+        self.closing = False  # the server is shutting down: no new sessions
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def add(self, session: StreamSession, drain: Drain | None = None) -> None:
         """`drain` waits until the session's events have reached its client."""
+        if self.closing:
+            raise SessionLimitError("The server is shutting down; reconnect shortly.")
         if len(self._sessions) >= self.max_sessions:
             raise SessionLimitError(
                 f"Too many streaming sessions ({self.max_sessions}, WS_MAX_SESSIONS); retry later."
@@ -37,6 +40,7 @@ class SessionRegistry:
 
     async def close_all(self) -> None:
         """Server shutdown: every open utterance gets its final."""
+        self.closing = True
         sessions = list(self._sessions.items())
         if sessions:
             logger.info("finalizing {} streaming sessions", len(sessions))
