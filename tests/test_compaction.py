@@ -55,6 +55,38 @@ def test_long_pauses_are_shortened_and_short_ones_kept() -> None:
     assert np.array_equal(np.concatenate(parts), shortened)
 
 
+def test_a_word_never_spans_a_shortened_pause() -> None:
+    """A word that the engine placed across a shortened pause keeps to the piece holding
+    most of it: on the original timeline it would cover the removed seconds (seen on a busy
+    machine: "hide." from 11.49 to 17.43 s across a 4 s pause)."""
+    audio = pieces([("speech", 2), ("gap", 4), ("speech", 2)])
+    result = compact(audio, 0.15)
+    assert result is not None and len(result.pauses) == 1
+    join = result.pauses[0] / RATE  # the shortened pause's middle, in the shortened audio
+    # mostly before the pause: clipped at it, and mapped to its near side
+    a, b = result.within_piece(join - 0.3, join + 0.1)
+    assert (a, b) == (pytest.approx(join - 0.3), pytest.approx(join))
+    assert result.to_original(b, end=True) < 2.2
+    # mostly after it: starts at its far side
+    a, b = result.within_piece(join - 0.05, join + 0.4)
+    assert a == pytest.approx(join) and result.to_original(a) > 5.8
+    # inside one piece: unchanged
+    assert result.within_piece(0.5, 1.0) == (0.5, 1.0)
+    # through the service's mapping: the word's original times stay on one side
+    parts = shifted_words(result, [(join - 0.3, join + 0.1), (join - 0.05, join + 0.4)])
+    assert parts[0][1] - parts[0][0] < 0.5 and parts[0][1] < 2.2
+    assert parts[1][1] - parts[1][0] < 0.5 and parts[1][0] > 5.8
+
+
+def shifted_words(compacted: Any, words: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Word times as the service maps one segment's result back to the original."""
+    words_ = [Word("w", a, b) for a, b in words]
+    result = TranscribeResult("x", "en", [Segment(0.0, compacted.length / RATE, "x", words_)])
+    span = Span(0, compacted.length)
+    part = TranscriptionService._shift(0, span, result, 0.0, Options(), "native", compacted)
+    return [(w.start, w.end) for s in part.segments for w in s.words]
+
+
 def test_nothing_to_shorten_is_none() -> None:
     assert compact(pieces([("speech", 5), ("gap", 0.1), ("speech", 5)]), 0.15) is None
     assert compact(np.zeros(100, np.float32), 0.15) is None

@@ -37,11 +37,15 @@ def test_after_a_burst_of_timed_out_uploads_the_next_request_is_served(qwen_sett
         segment_max_seconds=300,  # one engine call per upload
         request_timeout=1.5,
         max_batch_size=1,
+        preload=True,  # a load longer than REQUEST_TIMEOUT would answer 503 model_loading
     )
     with live_server(create_app(settings)) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
         client.audio.transcriptions.create(model="m", file=("w.wav", noise_wav(0.5)))  # load
-        long = noise_wav(120)  # a budget of 1472 tokens: a few seconds on this checkpoint
+        # A budget of 3632 tokens: ~23 s on this checkpoint (measured; 120 s of noise was
+        # 3.3 s, and on a busy machine one upload finished before its 1.5 s timeout fired),
+        # 15x the timeout: the caller has gone long before, and its decode is stopped.
+        long = noise_wav(300)
 
         def upload(_: int) -> int:
             try:

@@ -59,6 +59,20 @@ class Compacted:
             SAMPLE_RATE
         )
 
+    def within_piece(self, start: float, end: float) -> tuple[float, float]:
+        """A word's times in the shortened audio, clipped to the one kept piece that holds
+        most of it: a word never spans a shortened pause, which on the original timeline
+        would stretch it over the seconds that were removed."""
+        a, b = round(start * SAMPLE_RATE), round(end * SAMPLE_RATE)
+        first = max(0, int(np.searchsorted(self.starts, a, side="right")) - 1)
+        last = max(0, int(np.searchsorted(self.starts, b, side="left")) - 1)
+        if last <= first:
+            return start, end
+        bounds = [*self.starts.tolist(), self.length]
+        overlap = [min(b, bounds[i + 1]) - max(a, bounds[i]) for i in range(first, last + 1)]
+        i = first + int(np.argmax(overlap))
+        return max(a, bounds[i]) / SAMPLE_RATE, min(b, bounds[i + 1]) / SAMPLE_RATE
+
     def original_sample(self, sample: int, end: bool = False) -> int:
         if sample >= self.length:
             return self.original_length

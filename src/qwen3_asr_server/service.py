@@ -356,6 +356,11 @@ class TranscriptionService:
             s.end = end_at(s.end)
             s.start = min(start_at(s.start), s.end)
             for w in s.words:
+                if compacted is not None:  # a word stays on its side of a shortened pause
+                    a, b = compacted.within_piece(
+                        min(w.start + offset, end), min(w.end + offset, end)
+                    )
+                    w.start, w.end = a - offset, b - offset
                 w.end = end_at(w.end)
                 w.start = min(start_at(w.start), w.end)
             s.text = collapse_repetitions(s.text)
