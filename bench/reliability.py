@@ -1,7 +1,7 @@
 """Reliability under hostile and concurrent traffic (issue 9), against a real server process
 (`python -m qwen3_asr_server`, whisper-tiny.en).
 
-    .venv/bin/python bench/reliability.py [--only sessions,big,bursts,mixed,upload]
+    .venv/bin/python bench/reliability.py [--only sessions,big,bursts,left,mixed,upload]
 
 Run it against another checkout with PYTHONPATH=OTHER/src to get before/after figures.
 Figures go to docs/RELIABILITY.md.
@@ -176,6 +176,44 @@ def bursts(url: str, clients: int = 4) -> None:
     )
 
 
+def left(url: str, clients: int = 3, seconds: int = 60) -> None:
+    """Clients burst `seconds` of speech each and disconnect at once; then an upload. Their
+    finals run at batch priority (no one waits for them): the upload is not stuck behind
+    them (issue 29: it waited ~22 s; goal under 15 s)."""
+    audio = load("long_2min.wav")
+
+    def one(k: int) -> None:
+        start = k * 16000 * 20 % (len(audio) - 16000 * seconds)
+        with open_ws(url) as ws:
+            for i in range(start, start + 16000 * seconds, 16000):
+                ws.send(pcm16(audio[i : i + 16000]))
+        # closed without a flush or waiting for a final
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t = time.perf_counter()
+    r = httpx.post(
+        url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", speech.path("sentence_03.wav").read_bytes())},
+        timeout=300,
+    )
+    waited = time.perf_counter() - t
+    deadline = time.perf_counter() + 300
+    while time.perf_counter() < deadline:
+        health = httpx.get(url + "/health", timeout=10).json()
+        if health["streaming_sessions"] == 0:
+            break
+        time.sleep(0.1)
+    drained = time.perf_counter() - t
+    print(
+        f"{clients} clients x {seconds} s burst then disconnect: next upload {r.status_code} "
+        f"in {waited:.1f} s (goal < 15 s); their finals all done after {drained:.1f} s"
+    )
+
+
 def mixed(url: str, server: ServerProcess, count: int = 300) -> None:
     """RSS growth over `count` mixed requests after a warm-up."""
     clip = speech.path("sentence_05.wav").read_bytes()
@@ -257,7 +295,7 @@ def upload_with_streams(url: str, streams: int = 8) -> None:
 def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="sessions,big,bursts,mixed,upload")
+    parser.add_argument("--only", default="sessions,big,bursts,left,mixed,upload")
     args = parser.parse_args()
     chosen = set(args.only.split(","))
     env = {
@@ -276,6 +314,8 @@ def main() -> None:
             big_sender(server.url)
         if "bursts" in chosen:
             bursts(server.url)
+        if "left" in chosen:
+            left(server.url)
         if "mixed" in chosen:
             mixed(server.url, server)
         if "upload" in chosen:

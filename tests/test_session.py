@@ -441,3 +441,19 @@ async def test_finals_after_the_client_left_are_marked_background() -> None:
     await other.feed(load("sentence_02.wav"))
     await other.close("shutdown")  # the client is still there: its final is real-time
     assert gone_at_call == [True, False]
+
+
+async def test_a_client_faster_than_its_finals_has_one_final_in_flight() -> None:
+    """Early finals start only at the live edge: a client that sends many utterances faster
+    than real time gets its finals one at a time, in order (they were all queued at once,
+    at real-time priority, and stayed so after the client left)."""
+    events: list[dict[str, Any]] = []
+    transcriber = Transcriber(delay=0.3)
+    session = session_with(transcriber, events)
+    gap = np.zeros(16000, np.float32)
+    audio = np.concatenate([load("sentence_01.wav"), gap, load("sentence_02.wav"), gap] * 2)
+    await session.feed(audio)  # all at once
+    await session.close("test")
+    finals = [e for e in events if e["type"] == "final"]
+    assert len(finals) == 4
+    assert transcriber.max_in_flight == 1

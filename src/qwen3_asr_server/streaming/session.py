@@ -226,7 +226,11 @@ class StreamSession:
             self._silence += FRAME
         end_silence = cfg.end_silence_ms * SAMPLE_RATE // 1000
         early_at = max(FRAME, end_silence - EARLY_FINAL_MS * SAMPLE_RATE // 1000)
-        if cfg.use_vad and self._early is None and early_at <= self._silence < end_silence:
+        # Only at the live edge: with a final still pending (a client sending faster than
+        # real time, or a busy server) an early start gains nothing, and would queue every
+        # utterance's final at once, at real-time priority, even after the client has left.
+        early_due = early_at <= self._silence < end_silence and self._last_final is None
+        if cfg.use_vad and self._early is None and early_due:
             self._cancel_partial()  # the final matters more than one more partial
             self._early_len = self._utt.length
             self._early = asyncio.create_task(self._final_text(self._utt.audio.copy()))
