@@ -52,3 +52,17 @@ class Recording:
         if should_stop is None:
             return self.inner.transcribe_batch(requests)
         return self.inner.transcribe_batch(requests, should_stop)
+
+
+class GatedLoad(Recording):
+    """A real engine whose `load()` first waits for `gate` (a stalled download, a child stuck
+    in from_pretrained), up to `wait` seconds."""
+
+    def __init__(self, engine: Any, wait: float = 120.0) -> None:
+        super().__init__(engine)
+        self.gate = threading.Event()
+        self.wait = wait
+
+    def load(self) -> None:
+        self.gate.wait(self.wait)
+        self.inner.load()

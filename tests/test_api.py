@@ -303,7 +303,7 @@ class SlowFirstCalls:
 
 
 def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFactory) -> None:
-    settings = qwen_settings(request_timeout=0.5)
+    settings = qwen_settings(request_timeout=0.5, preload=True)  # a load may take longer
     engine = SlowFirstCalls(create_engine(settings), slow=0, seconds=1.5)
     with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
         client = client_for(srv)

@@ -209,3 +209,37 @@ def test_check_explains_a_mistyped_local_path(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "no such directory, and not a Hugging Face repo id" in done.stdout
+
+
+@pytest.mark.slow
+def test_download_of_the_bundled_model_and_of_a_local_dir_copies_them(
+    tmp_path: Path, tiny_qwen_dir: Path
+) -> None:
+    """Issue 29: `--to DIR` copies what needs no download too, into a servable DIR."""
+    bundled = tmp_path / "whisper"
+    done = cli("download", "whisper-tiny.en", "--to", str(bundled), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to download" not in done.stdout
+    assert f"copied to {bundled}; use it with MODEL_ID={bundled}" in done.stdout
+    assert (bundled / "model.bin").is_file() and (bundled / "config.json").is_file()
+    settings = Settings(_env_file=None, model_id=str(bundled), idle_timeout=0)  # type: ignore[call-arg]
+    with live_server(create_app(settings)) as srv:
+        r = httpx.post(
+            srv.url + "/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech.path("sentence_01.wav").read_bytes())},
+            timeout=120,
+        )
+        assert srv.get("/health").json()["engine"] == "whisper"
+    assert r.status_code == 200 and "quick" in r.json()["text"].lower(), r.text
+
+    shutil.copytree(tiny_qwen_dir, tmp_path / "local-dir")
+    done = cli("download", "./local-dir", "--to", "carried", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "copied to carried; use it with MODEL_ID=carried" in done.stdout
+    names = sorted(p.name for p in tiny_qwen_dir.iterdir())
+    assert sorted(p.name for p in (tmp_path / "carried").iterdir()) == names
+
+    done = cli("download", "./local-dir", "--to", "local-dir/inside", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "not copied to local-dir/inside" in done.stdout and "choose another DIR" in done.stdout
+    assert not (tmp_path / "local-dir" / "inside").exists()

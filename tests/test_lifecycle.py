@@ -255,3 +255,83 @@ async def test_the_backoff_stays_capped_after_very_many_failures() -> None:
         async with manager.use():
             pass
     assert info.value.headers["Retry-After"] == "60"
+
+
+class GatedEngine(FakeEngine):
+    """A load that hangs (a stalled download, a child stuck in from_pretrained) until the
+    test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def load(self) -> None:
+        self.gate.wait(60)
+        super().load()
+
+
+async def test_a_hung_load_answers_each_waiter_503_after_its_timeout_and_goes_on() -> None:
+    """Issue 29: a waiter waits at most `load_timeout` (REQUEST_TIMEOUT) for the load, then
+    gets a 503 saying the model is still loading; the load itself is not cancelled."""
+    engine = GatedEngine()
+    manager = ModelManager(engine, idle_timeout=0, load_timeout=0.2)
+    try:
+        waiters = [asyncio.create_task(manager.use().__aenter__()) for _ in range(3)]
+        errors = await asyncio.gather(*waiters, return_exceptions=True)
+        for error in errors:
+            assert isinstance(error, ServiceUnavailableError), error
+            assert error.status == 503 and error.code == "model_loading"
+            assert int(error.headers["Retry-After"]) >= 1
+            assert "loading" in error.message and "fake-model" in error.message
+        assert manager.users == 0  # every refused waiter let go of the model
+        assert manager.state == "loading" and manager.load_attempts == 1
+        with pytest.raises(ServiceUnavailableError, match="has been loading for"):
+            async with manager.use():
+                pass
+        assert manager.load_attempts == 1  # joined the same load, did not start another
+        engine.gate.set()
+        deadline = time.monotonic() + 30
+        while not manager.loaded and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        async with manager.use() as used:
+            assert used.loaded  # type: ignore[attr-defined]
+        assert engine.attempts == 1 and engine.loads == 1 and manager.loaded
+    finally:
+        engine.gate.set()
+        await manager.stop()
+
+
+# -- through a real server -----------------------------------------------------------------
+def test_a_request_during_a_hung_load_gets_503_model_loading_then_is_served() -> None:
+    import httpx
+
+    import speech
+    from engines import GatedLoad
+    from helpers import whisper_settings
+    from qwen3_asr_server.app import create_app
+    from qwen3_asr_server.engines import create_engine
+    from server import live_server
+
+    settings = whisper_settings(request_timeout=5.0)  # the wait for the load, then the job
+    engine = GatedLoad(create_engine(settings))
+    data = speech.path("sentence_01.wav").read_bytes()
+
+    def post() -> httpx.Response:
+        files = {"file": ("a.wav", data)}
+        return httpx.post(srv.url + "/v1/audio/transcriptions", files=files, timeout=60)
+
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        try:
+            r = post()
+            assert r.status_code == 503, r.text
+            error = r.json()["error"]
+            assert error["code"] == "model_loading" and "has been loading for" in error["message"]
+            assert int(r.headers["Retry-After"]) >= 1
+            assert srv.get("/health").json()["model_state"] == "loading"
+        finally:
+            engine.gate.set()
+        deadline = time.monotonic() + 60
+        while not srv.get("/health").json()["model_loaded"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        r = post()
+        assert r.status_code == 200 and "quick" in r.json()["text"].lower(), r.text

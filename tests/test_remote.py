@@ -362,6 +362,41 @@ def test_a_wrong_backend_key_is_named(standin: str) -> None:
         front.stop()
 
 
+def test_credentials_in_a_backend_url_are_sent_and_never_shown() -> None:
+    """`http://user:pass@host/v1`: the backend gets Basic auth (not REMOTE_API_KEY's bearer),
+    and /health, /metrics, a 503 body and the log show `user:***` and never the password."""
+    secret = "hunter2"
+    shown: list[str] = []
+    front = None
+    try:
+        with run_standin("--basic", f"asr:{secret}/x") as url:
+            host = url.removeprefix("http://")
+            dead = f"127.0.0.1:{free_port()}"
+            urls = [f"http://asr:{secret}%2Fx@{host}/v1", f"http://asr:{secret}%2Fx@{dead}/v1"]
+            front = ServerProcess(front_env(urls, REMOTE_API_KEY="bearer-key"))
+            front.wait_healthy(30)
+            wait_until(lambda: health(front)["backends_up"] == 1, 30)
+            state = health(front)
+            assert [b["url"] for b in state["backends"]] == [
+                f"http://asr:***@{host}/v1",
+                f"http://asr:***@{dead}/v1",
+            ]
+            assert transcribe(front, "sentence_01.wav").text.startswith("stand-in heard")
+            assert len(httpx.get(url + "/seen").json()) == 1  # the Basic auth got through
+            metrics = httpx.get(front.url + "/metrics").text
+            assert f'asr_backend_up{{backend="http://asr:***@{host}/v1"}} 1.0' in metrics
+            shown += [str(state), str(health(front)), metrics]
+        with open(speech.path("sentence_01.wav"), "rb") as f:  # the stand-in is gone now
+            r = httpx.post(front.url + "/v1/audio/transcriptions", files={"file": ("a.wav", f)})
+        assert r.status_code == 503 and f"http://asr:***@{host}/v1" in r.text, r.text
+        shown += [r.text, str(health(front)), httpx.get(front.url + "/metrics").text]
+    finally:
+        log = front.output() if front is not None else ""
+    assert "asr:***@" in log and f"asr:***@{dead}/v1 is down" in log
+    for text in [*shown, log]:
+        assert secret not in text
+
+
 def test_a_job_whose_caller_left_is_cancelled_on_the_backend() -> None:
     """The backend takes 8 s per job. A 504 at REQUEST_TIMEOUT=1 and an SSE client that
     leaves both close the backend connection at once (vLLM aborts such a request)."""

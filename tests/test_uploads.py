@@ -4,6 +4,7 @@ MAX_PENDING_AUDIO_SECONDS (issue 19). Figures: bench/uploads.py, docs/RELIABILIT
 from __future__ import annotations
 
 import io
+import struct
 import threading
 import time
 
@@ -18,7 +19,7 @@ from helpers import whisper_settings
 from proc import ServerProcess
 from qwen3_asr_server.api import transcriptions
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.audio import probe_seconds
+from qwen3_asr_server.audio import decode_audio, probe_seconds
 from qwen3_asr_server.budget import AudioBudget
 from qwen3_asr_server.errors import ServiceUnavailableError, TooLargeError
 from server import live_server
@@ -256,3 +257,59 @@ def test_verbose_json_without_a_vad_keeps_the_documented_stand_in(
         )
     assert r.status_code == 200, r.text
     assert all(s["no_speech_prob"] == 0.0 for s in r.json()["segments"])
+
+
+# -- a header that lies (issue 29) -----------------------------------------------------------
+def lying_webm(seconds: float, header_seconds: float) -> bytes:
+    """Opus in WebM whose Segment Duration element says `header_seconds` while the stream
+    holds `seconds` (FFmpeg reports the header's duration and decodes the whole stream)."""
+    data = bytearray(audio_files.av_bytes("webm", "libopus", seconds=seconds))
+    at = data.find(b"\x44\x89\x88")  # Duration, an 8-byte float in TimecodeScale units (ms)
+    assert at > 0
+    data[at + 3 : at + 11] = struct.pack(">d", header_seconds * 1000)
+    return bytes(data)
+
+
+def test_a_lying_header_cannot_decode_past_the_budget() -> None:
+    data = lying_webm(60.0, header_seconds=1.0)
+    assert probe_seconds(data) == pytest.approx(1.0)
+    budget = AudioBudget(30)
+    other = budget.reserve(10)  # another request's share
+    mine = budget.reserve(1.0)  # what the header says
+    peak: list[float] = []
+
+    def grow(seconds: float) -> None:
+        mine.grow_to(seconds)
+        peak.append(budget.in_use)
+
+    with pytest.raises(ServiceUnavailableError) as refused:  # it might fit once others leave
+        decode_audio(data, filename="a.webm", max_seconds=3600, reserve=grow)
+    assert refused.value.code == "audio_budget_full"
+    assert max(peak) <= 30 and 19 <= mine.seconds <= 20  # stopped at the first block past
+    mine.release()
+    other.release()
+    mine = budget.reserve(1.0)
+    with pytest.raises(TooLargeError, match="at least 30 s"):  # longer than the whole budget
+        decode_audio(data, filename="a.webm", max_seconds=3600, reserve=mine.grow_to)
+    assert 29 <= mine.seconds <= 30 and budget.in_use == mine.seconds
+    mine.release()
+    assert budget.in_use == 0
+
+
+def test_an_upload_whose_header_lies_is_refused_at_the_budget() -> None:
+    data = lying_webm(60.0, header_seconds=1.0)
+    app = create_app(whisper_settings(max_pending_audio_seconds=30))
+    with live_server(app) as server:
+        url = server.url + "/v1/audio/transcriptions"
+        held = server.ctx.budget.reserve(10)
+        try:
+            r = httpx.post(url, files={"file": ("a.webm", data)}, timeout=60)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "audio_budget_full"
+            assert server.get("/health").json()["pending_audio_seconds"] == 10
+        finally:
+            held.release()
+        r = httpx.post(url, files={"file": ("a.webm", data)}, timeout=60)
+        assert r.status_code == 413 and "MAX_PENDING_AUDIO_SECONDS" in r.text, r.text
+        assert server.get("/health").json()["pending_audio_seconds"] == 0
+        assert server.ctx.budget.refused == 1

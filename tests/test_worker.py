@@ -114,7 +114,8 @@ def test_a_hung_job_is_killed_with_its_worker_then_jobs_run(tiny_qwen_dir: Path)
         "WORKER_KILL_GRACE": "1",
     }
     with server(**env) as proc:
-        assert post(proc, wav_bytes(0.5)).status_code == 200
+        # The first load (spawn, imports) may outlast REQUEST_TIMEOUT: 503 model_loading.
+        assert wait_for(lambda: post(proc, wav_bytes(0.5)).status_code == 200, 120)
         pid = health(proc)["worker"]["pid"]
         os.kill(pid, signal.SIGSTOP)  # hung: it will never answer, nor stop when asked
         try:
@@ -179,3 +180,54 @@ def test_no_orphan_worker_survives_the_server(how: signal.Signals) -> None:
         assert wait_gone(pid, 10)
     finally:
         proc.stop()
+
+
+def wait_for(predicate: Any, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_an_idle_worker_that_dies_shows_in_health_without_a_request() -> None:
+    """Issue 29: the death is noticed when it happens (not at the next request)."""
+    with server(MODEL_ID="whisper-tiny.en", PRELOAD="true", IDLE_TIMEOUT="0") as proc:
+        assert wait_for(lambda: health(proc)["worker"]["state"] == "ready")
+        pid = health(proc)["worker"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: health(proc)["worker"]["state"] != "ready"), health(proc)
+        worker = health(proc)["worker"]
+        assert worker == {"pid": None, "state": "exited", "restarts": 1}, worker
+        metrics = httpx.get(proc.url + "/metrics", timeout=10).text
+        assert "asr_worker_restarts_total 1.0" in metrics
+        data = speech.path("sentence_01.wav").read_bytes()
+        assert post(proc, data).status_code == 200  # the next request starts a fresh one
+        worker = health(proc)["worker"]
+        assert worker["state"] == "ready" and worker["pid"] not in (None, pid), worker
+        assert worker["restarts"] == 1
+
+
+def test_dual_model_workers_count_their_restarts_in_metrics() -> None:
+    """Issue 29: with DUAL_MODEL the restarts of the main model's worker reach /metrics."""
+    env = {
+        "MODEL_ID": "whisper-tiny.en",
+        "DUAL_MODEL": "true",
+        "FAST_MODEL_ID": "whisper-tiny.en",
+        "PRELOAD": "true",
+        "IDLE_TIMEOUT": "0",
+        "CPU_THREADS": "1",
+    }
+    with server(**env) as proc:
+        assert wait_for(lambda: health(proc)["model_loaded"])
+        state = health(proc)
+        pid = state["worker"]["pid"]
+        assert pid and state["fast_model"]["worker"]["pid"] not in (None, pid)
+        os.kill(pid, signal.SIGKILL)
+        data = speech.path("sentence_01.wav").read_bytes()
+        response = post(proc, data)
+        assert response.status_code == 200, response.text  # a fresh worker for it
+        assert health(proc)["worker"]["restarts"] == 1
+        metrics = httpx.get(proc.url + "/metrics", timeout=10).text
+        assert "asr_worker_restarts_total 1.0" in metrics

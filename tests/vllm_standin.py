@@ -1,7 +1,8 @@
 """A stand-in for `vllm serve Qwen/Qwen3-ASR-1.7B`: the routes the remote engine uses, with
 vLLM's transcription request schema, answering at once. Run as its own process:
 
-    python tests/vllm_standin.py PORT [--api-key KEY] [--delay SECONDS]
+    python tests/vllm_standin.py PORT [--api-key KEY] [--basic USER:PASS] [--delay SECONDS]
+        [--gate]
 
 Every form the front sends is validated against `TranscriptionRequest` below: the fields,
 types and defaults of vLLM's own `TranscriptionRequest(OpenAIBaseModel)` (read from
@@ -13,14 +14,18 @@ max_completion_tokens). One difference: vLLM's OpenAIBaseModel accepts unknown f
 only logs that it ignores them; here they are refused, so a field the front sends that
 vLLM would silently drop fails the test. The file must be a 16 kHz mono WAV.
 `GET /seen` lists what arrived (for tests and bench/scale.py).
+With `--basic` the routes want HTTP Basic auth instead of the bearer key (a backend behind a
+proxy that checks a password).
 With `--delay` each answer takes that long, and a client that disconnects meanwhile is
-recorded (`disconnected`), as vLLM aborts such a request.
+recorded (`disconnected`), as vLLM aborts such a request. With `--gate` no answer leaves
+before `POST /open`. `GET /inflight` says how many requests it holds now and at most so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import io
 import time
 from typing import Any, Literal
@@ -69,12 +74,21 @@ def error(status: int, message: str, kind: str = "BadRequestError") -> JSONRespo
     return JSONResponse(body, status_code=status)
 
 
-def create_app(api_key: str | None = None, delay: float = 0.0) -> FastAPI:
+def create_app(
+    api_key: str | None = None, delay: float = 0.0, basic: str | None = None, gate: bool = False
+) -> FastAPI:
     app = FastAPI()
     seen: list[dict[str, Any]] = []
+    opened = asyncio.Event()
+    if not gate:
+        opened.set()
+    inflight = {"now": 0, "max": 0}
 
     def authorized(request: Request) -> bool:
-        return not api_key or request.headers.get("authorization") == f"Bearer {api_key}"
+        got = request.headers.get("authorization")
+        if basic:
+            return got == "Basic " + base64.b64encode(basic.encode()).decode()
+        return not api_key or got == f"Bearer {api_key}"
 
     @app.get("/health")
     async def health() -> Response:
@@ -111,12 +125,17 @@ def create_app(api_key: str | None = None, delay: float = 0.0) -> FastAPI:
         record.update(sample_rate=info.samplerate, channels=info.channels, seconds=info.duration)
         if info.samplerate != 16000 or info.channels != 1:
             record["problems"].append(f"{info.samplerate} Hz x {info.channels}")
-        deadline = time.monotonic() + delay
-        while time.monotonic() < deadline:
-            if await request.is_disconnected():
-                record["disconnected"] = time.time()
-                return Response(status_code=499)
-            await asyncio.sleep(0.02)
+        inflight["now"] += 1
+        inflight["max"] = max(inflight["max"], inflight["now"])
+        try:
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline or not opened.is_set():
+                if await request.is_disconnected():
+                    record["disconnected"] = time.time()
+                    return Response(status_code=499)
+                await asyncio.sleep(0.02)
+        finally:
+            inflight["now"] -= 1
         return {
             "text": f"stand-in heard {info.duration:.2f} seconds",
             "usage": {"type": "duration", "seconds": round(info.duration)},
@@ -126,6 +145,15 @@ def create_app(api_key: str | None = None, delay: float = 0.0) -> FastAPI:
     async def seen_requests() -> list[dict[str, Any]]:
         return seen
 
+    @app.get("/inflight")
+    async def held() -> dict[str, int]:
+        return inflight
+
+    @app.post("/open")
+    async def open_gate() -> dict[str, int]:
+        opened.set()
+        return inflight
+
     return app
 
 
@@ -133,7 +161,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
     parser.add_argument("--api-key")
+    parser.add_argument("--basic", help="USER:PASS the routes want as HTTP Basic auth")
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--gate", action="store_true", help="hold every answer until POST /open")
     args = parser.parse_args()
-    app = create_app(args.api_key, args.delay)
+    app = create_app(args.api_key, args.delay, args.basic, args.gate)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from loguru import logger
 
 from . import __version__
@@ -22,7 +23,12 @@ from .api import (
 )
 from .api import metrics as metrics_route
 from .api.deps import AppContext
-from .api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestContextMiddleware
+from .api.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    MetricsMiddleware,
+    RequestContextMiddleware,
+)
 from .api.openapi import install_openapi
 from .api.ui import install_ui
 from .budget import AudioBudget
@@ -57,11 +63,15 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             settings.max_queue,
             max_batch=settings.max_batch_size,
             on_start=metrics.observe_job,
-            workers=getattr(chosen, "slots", 1),  # remote backends: their total capacity
+            # remote backends (also DUAL_MODEL's main engine): their total capacity
+            workers=getattr(chosen, "slots", 1),
         )
         scheduler.start()
         manager = ModelManager(
-            chosen, idle_timeout=settings.idle_timeout, busy=lambda: scheduler.busy
+            chosen,
+            idle_timeout=settings.idle_timeout,
+            busy=lambda: scheduler.busy,
+            load_timeout=settings.request_timeout,  # a request waits this long for a load
         )
         vad = SileroModel()
         sessions = SessionRegistry(settings.ws_max_sessions)
@@ -118,8 +128,18 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
     install_openapi(app)
+    # The last added runs first: request id, CORS, metrics, API key, body limit, routes.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_upload_bytes + MULTIPART_SLACK)
+    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)  # before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.cors_origins:  # before the key check: a preflight carries no key
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],  # the requested ones are echoed, Authorization included
+            expose_headers=["X-Request-ID", "Retry-After"],
+        )
     app.add_middleware(RequestContextMiddleware)
     app.include_router(health.router)
     app.include_router(models.router)

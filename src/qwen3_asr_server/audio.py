@@ -2,12 +2,15 @@
 
 soundfile handles wav/flac/ogg/mp3; PyAV handles what soundfile cannot (m4a, mp4, webm, ...).
 Raw `audio/pcm` uploads are s16le, 16 kHz, mono. An upload is read from its (spooled)
-file, so its bytes are not held in memory beside the decoded audio.
+file, so its bytes are not held in memory beside the decoded audio. `reserve` is told the
+decoded duration before each block is kept (the decoded-audio budget grows with it and
+may stop the decoding), since a container's header may lie about the duration.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -15,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import BadRequestError, InvalidAudioError, TooLargeError
+from .errors import APIError, BadRequestError, InvalidAudioError, TooLargeError
 
 SAMPLE_RATE = 16000
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
@@ -44,6 +47,11 @@ def is_raw_pcm(content_type: str | None, filename: str | None) -> bool:
 
 
 Source = bytes | BinaryIO  # the upload's bytes, or a seekable file holding them
+Reserve = Callable[[float], None]  # seconds decoded so far; raises to stop the decoding
+
+
+def _no_reserve(seconds: float) -> None:
+    pass
 
 
 def _rewound(source: Source) -> BinaryIO:
@@ -66,14 +74,18 @@ def decode_audio(
     content_type: str | None = None,
     filename: str | None = None,
     max_seconds: float | None = None,
+    reserve: Reserve = _no_reserve,
 ) -> Audio:
-    """Decode any supported upload to mono float32 16 kHz, or raise an APIError."""
-    if not _size(source):
+    """Decode any supported upload to mono float32 16 kHz, or raise an APIError (also the
+    one `reserve` raises, before the block that would pass the budget is kept)."""
+    size = _size(source)
+    if not size:
         raise BadRequestError("The uploaded file is empty.", param="file", code="empty_file")
     if is_raw_pcm(content_type, filename):
+        reserve(size // 2 / SAMPLE_RATE)
         audio = Audio(pcm16_to_float(_rewound(source).read()), SAMPLE_RATE)
     else:
-        audio = _decode_container(source, max_seconds)
+        audio = _decode_container(source, max_seconds, reserve)
     if len(audio.samples) == 0:
         raise BadRequestError("The audio contains no samples.", param="file", code="empty_audio")
     check_duration(audio.duration, max_seconds)
@@ -114,14 +126,22 @@ def check_duration(seconds: float, max_seconds: float | None) -> None:
 
 class _Growing:
     """A float32 buffer filled block by block: one allocation when the length is known up
-    front, doubling otherwise. `result()` is a view, so the decoded audio exists once."""
+    front, doubling otherwise. `result()` is a view, so the decoded audio exists once.
+    Each block is first announced to `reserve` (and to the MAX_AUDIO_SECONDS check)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(
+        self, capacity: int, reserve: Reserve = _no_reserve, max_seconds: float | None = None
+    ) -> None:
         self._buf = np.empty(max(capacity, SAMPLE_RATE), dtype=np.float32)
         self._len = 0
+        self._reserve = reserve
+        self._max_seconds = max_seconds
 
     def add(self, block: np.ndarray) -> None:
         need = self._len + len(block)
+        if len(block):
+            check_duration(need / SAMPLE_RATE, self._max_seconds)
+            self._reserve(need / SAMPLE_RATE)
         if need > len(self._buf):
             grown = np.empty(max(need, 2 * len(self._buf)), dtype=np.float32)
             grown[: self._len] = self._buf[: self._len]
@@ -142,21 +162,24 @@ def _mono(block: np.ndarray) -> np.ndarray:
     return block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0]
 
 
-def _decode_container(source: Source, max_seconds: float | None) -> Audio:
+def _decode_container(source: Source, max_seconds: float | None, reserve: Reserve) -> Audio:
     try:
         info = sf.info(_rewound(source))
     except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
-        return _decode_with_av(source, max_seconds, first_error=str(sf_error).rsplit(": ", 1)[-1])
+        first_error = str(sf_error).rsplit(": ", 1)[-1]
+        return _decode_with_av(source, max_seconds, reserve, first_error=first_error)
     if info.frames > 0:  # some formats report no frame count until decoded
         check_duration(info.frames / info.samplerate, max_seconds)
     rate = int(info.samplerate)
-    out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE)
+    out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE, reserve, max_seconds)
     resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     try:
         with sf.SoundFile(_rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
                 mono = _mono(block)
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
+    except APIError:  # longer than MAX_AUDIO_SECONDS, or past the budget
+        raise
     except Exception as exc:
         raise InvalidAudioError(f"Could not decode the audio: {exc}", param="file") from exc
     if rate != SAMPLE_RATE:
@@ -164,10 +187,11 @@ def _decode_container(source: Source, max_seconds: float | None) -> Audio:
     return Audio(out.result(), rate)
 
 
-def _decode_with_av(source: Source, max_seconds: float | None, first_error: str) -> Audio:
+def _decode_with_av(
+    source: Source, max_seconds: float | None, reserve: Reserve, first_error: str
+) -> Audio:
     import av  # PyAV: FFmpeg bindings, imported only for formats soundfile cannot read
 
-    limit = int(max_seconds * SAMPLE_RATE) + SAMPLE_RATE if max_seconds else None
     try:
         with av.open(_rewound(source), mode="r") as container:
             if not container.streams.audio:
@@ -175,16 +199,15 @@ def _decode_with_av(source: Source, max_seconds: float | None, first_error: str)
             stream = container.streams.audio[0]
             source_rate = int(stream.rate or SAMPLE_RATE)
             seconds = (container.duration or 0) / 1_000_000  # av.time_base is microseconds
-            out = _Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE)
+            # the header's duration, which may lie: `out` checks every block it is given
+            out = _Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE, reserve, max_seconds)
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             for frame in container.decode(stream):
                 for chunk in resampler.resample(frame):
                     out.add(chunk.to_ndarray().reshape(-1))
-                if limit is not None and len(out) > limit:
-                    check_duration(len(out) / SAMPLE_RATE, max_seconds)
             for chunk in resampler.resample(None):
                 out.add(chunk.to_ndarray().reshape(-1))
-    except (InvalidAudioError, TooLargeError):
+    except APIError:  # no audio stream, longer than MAX_AUDIO_SECONDS, or past the budget
         raise
     except Exception as exc:
         raise InvalidAudioError(

@@ -1,12 +1,16 @@
 """The decoded-audio budget: seconds of 16 kHz float32 audio that requests hold at once.
 
-Each upload reserves its duration before it is decoded (from the container header) or,
-when the header does not say, right after. A request that would take the total past
-MAX_PENDING_AUDIO_SECONDS gets 503 with Retry-After instead; the reservation is given back
-when the request ends, however it ends.
+Each upload reserves its duration before it is decoded (from the container header), then
+grows the reservation block by block as decoding proceeds, before each block is kept: a
+header that lies (or says nothing) cannot take the decoded total past the budget. A request
+that would take the total past MAX_PENDING_AUDIO_SECONDS gets 503 with Retry-After instead
+(413 when it alone is longer than the budget); the reservation is given back when the
+request ends, however it ends.
 """
 
 from __future__ import annotations
+
+import threading
 
 from .errors import ServiceUnavailableError, TooLargeError
 
@@ -15,10 +19,11 @@ BYTES_PER_SECOND = 16000 * 4  # float32 at 16 kHz
 
 
 class AudioBudget:
-    """Not thread-safe: used from the event loop only."""
+    """Thread-safe: reservations grow on the decoding threads."""
 
     def __init__(self, limit_seconds: float) -> None:
         self.limit = limit_seconds
+        self._lock = threading.Lock()
         self.in_use = 0.0  # seconds reserved now
         self.refused = 0  # requests answered 503 because of the budget
 
@@ -28,8 +33,9 @@ class AudioBudget:
 
     def check_room(self) -> None:
         """503 before an upload is even read when the budget is spent."""
-        if self.full:
-            self._refuse(0.0)
+        with self._lock:
+            if self.full:
+                self._refuse(0.0)
 
     def reserve(self, seconds: float) -> Reservation:
         reservation = Reservation(self)
@@ -39,7 +45,7 @@ class AudioBudget:
     def _refuse(self, seconds: float) -> None:
         if seconds > self.limit:
             raise TooLargeError(
-                f"The audio is {seconds:.0f} s long; the server holds at most "
+                f"The audio is at least {seconds:.0f} s long; the server holds at most "
                 f"{self.limit:g} s of decoded audio (MAX_PENDING_AUDIO_SECONDS).",
                 param="file",
             )
@@ -58,18 +64,28 @@ class Reservation:
     def __init__(self, budget: AudioBudget) -> None:
         self.budget = budget
         self.seconds = 0.0
+        self._released = False
 
     def grow_to(self, seconds: float) -> None:
         """Hold `seconds` in total, or raise 503 (413 if it could never fit) and hold
         what was held before."""
-        extra = seconds - self.seconds
-        if extra <= 0:
-            return
-        if self.budget.in_use + extra > self.budget.limit:
-            self.budget._refuse(seconds)
-        self.budget.in_use += extra
-        self.seconds = seconds
+        budget = self.budget
+        with budget._lock:
+            if self._released:  # the request ended while its upload was still decoding
+                raise ServiceUnavailableError(
+                    "The request ended before its audio was decoded.", code="request_ended"
+                )
+            extra = seconds - self.seconds
+            if extra <= 0:
+                return
+            if budget.in_use + extra > budget.limit:
+                budget._refuse(seconds)
+            budget.in_use += extra
+            self.seconds = seconds
 
     def release(self) -> None:
-        self.budget.in_use = max(0.0, self.budget.in_use - self.seconds)
-        self.seconds = 0.0
+        budget = self.budget
+        with budget._lock:
+            budget.in_use = max(0.0, budget.in_use - self.seconds)
+            self.seconds = 0.0
+            self._released = True

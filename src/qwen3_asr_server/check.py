@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Settings
+from .config import Settings, redact_url
 from .download import Cached, find_cached, size_mb
 from .engines import detect_engine, served_model_id
 from .engines.base import ModelLoadError
@@ -117,7 +117,9 @@ def check(settings: Settings) -> int:
     print(f"model {model_id} on the {engine} engine")
     findings = extras(engine, settings)
     if engine == "remote":
-        findings.append(Finding(True, f"remote backends: {', '.join(settings.remote_urls)}"))
+        findings.append(
+            Finding(True, f"remote backends: {', '.join(map(redact_url, settings.remote_urls))}")
+        )
     else:
         machine = probe()
         found, dtype, cuda = device(engine, settings, machine)

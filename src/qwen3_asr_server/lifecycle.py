@@ -8,6 +8,9 @@ the event loop; the blocking load/unload runs in a thread inside one task per tr
   the load and never starts a second one.
 - An unload is one task too. A request that arrives during it waits for it to finish and
   then loads again; it never receives an engine that is being torn down.
+- A waiter waits at most `load_timeout` seconds (REQUEST_TIMEOUT) for a load, then gets a
+  503 (`model_loading`) saying how long it has been loading; the load goes on (a hung
+  download or `from_pretrained` would otherwise hold every request forever).
 - A failed load answers every waiter of that load with one 503. The next attempt waits for
   a backoff (`retry_backoff`, doubling up to `max_backoff`); until then requests get a 503
   whose Retry-After says when the server will try again.
@@ -28,6 +31,7 @@ from .engines.base import Engine, ModelLoadError
 from .errors import ServiceUnavailableError
 
 State = Literal["unloaded", "loading", "loaded", "unloading"]
+LOADING_RETRY_AFTER_S = 10  # a waiter that gave up on a load in progress: when to come back
 
 
 class ModelManager:
@@ -48,6 +52,7 @@ class ModelManager:
         check_interval: float | None = None,
         retry_backoff: float = 5.0,
         max_backoff: float = 60.0,
+        load_timeout: float | None = None,
     ) -> None:
         self.engine = engine
         self.idle_timeout = idle_timeout
@@ -55,6 +60,8 @@ class ModelManager:
         self._interval = check_interval or max(0.05, min(idle_timeout / 4, 5.0))
         self._retry_backoff = retry_backoff
         self._max_backoff = max_backoff
+        self.load_timeout = load_timeout  # how long `use()` waits for a load; None: no limit
+        self._load_started = 0.0  # monotonic, when the current load began
         self._users = 0
         self._last_used = time.monotonic()
         self._watchdog: asyncio.Task[None] | None = None
@@ -101,7 +108,36 @@ class ModelManager:
             await self._begin_unload()
 
     # -- loading -----------------------------------------------------------------------
-    async def ensure_loaded(self) -> None:
+    def loading_for(self) -> float:
+        """Seconds the current load has been running (0 when none runs)."""
+        return time.monotonic() - self._load_started if self.state == "loading" else 0.0
+
+    async def ensure_loaded(self, timeout: float | None = None) -> None:
+        """Load the model if needed and wait for it, at most `timeout` seconds (then 503
+        `model_loading`; the load goes on for the next callers)."""
+        if timeout is None:
+            await self._ensure_loaded()
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._ensure_loaded()
+        except TimeoutError:
+            raise self._still_loading(timeout) from None
+
+    def _still_loading(self, waited: float) -> ServiceUnavailableError:
+        loading = self.state == "loading"
+        state = (
+            f"has been loading for {self.loading_for():.0f} s" if loading else f"is {self.state}"
+        )
+        return ServiceUnavailableError(
+            f"The model {self.engine.model_id!r} {state} and was not ready within "
+            f"{waited:g} s (REQUEST_TIMEOUT).{' The load goes on.' if loading else ''} "
+            "Retry later (GET /health shows model_state).",
+            code="model_loading",
+            retry_after=LOADING_RETRY_AFTER_S,
+        )
+
+    async def _ensure_loaded(self) -> None:
         while self.state != "loaded":
             if self._unload_task is not None:  # wait for the teardown, then load afresh
                 with suppress(Exception):
@@ -118,6 +154,7 @@ class ModelManager:
                         retry_after=seconds,
                     )
                 self.state = "loading"
+                self._load_started = time.monotonic()
                 self._load_task = asyncio.create_task(self._load(), name="model-load")
                 self._load_task.add_done_callback(_consume_error)
             await asyncio.shield(self._load_task)  # raises the load's error to every waiter
@@ -166,7 +203,7 @@ class ModelManager:
         """Hold the model loaded for the duration of the block."""
         self._users += 1  # counted before loading, so the watchdog cannot race the load
         try:
-            await self.ensure_loaded()
+            await self.ensure_loaded(self.load_timeout)
             yield self.engine
         finally:
             self._users -= 1

@@ -60,7 +60,12 @@ def _backend_info(engine: Any) -> dict[str, Any]:
     backends = backend_status(engine)
     if not backends:
         return {}
-    return {"backends": backends, "backends_up": sum(b["state"] == "up" for b in backends)}
+    return {
+        "backends": backends,
+        "backends_up": sum(b["state"] == "up" for b in backends),
+        # jobs that wait for a slot: the backends that are up are full, the others down
+        "backend_waiting": getattr(engine, "backend_waiting", 0),
+    }
 
 
 @router.get("/health")

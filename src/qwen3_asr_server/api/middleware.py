@@ -1,5 +1,5 @@
 """Pure ASGI middleware: request ids, last-resort errors, releases at the end of a request,
-and the upload size limit."""
+the API key check and the upload size limit."""
 
 from __future__ import annotations
 
@@ -12,12 +12,33 @@ from typing import Any
 from loguru import logger
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import error_body
+from ..errors import AuthError, error_body
 from ..logging import REQUEST_ID
 from ..metrics import Metrics
+from .deps import check_api_key
 
 HEADER = b"x-request-id"
 RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
+# The HTTP routes that need no API key: they hold no data and start no work. The health
+# check, the browser page (it asks for the key itself, docs/WEB.md) and the API docs.
+OPEN_PATHS = frozenset(
+    {
+        "/health",
+        "/",
+        "/ui",
+        "/ui/languages.json",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+    }
+)
+OPEN_PREFIXES = ("/ui/static/",)  # the page's files
+
+
+def is_open(path: str) -> bool:
+    """An HTTP path anyone may request when API_KEY is set; every other one needs the key."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 def on_request_end(scope: Scope, release: Callable[[], None]) -> None:
@@ -112,6 +133,28 @@ class MetricsMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             self.metrics.observe_request(route, status, time.perf_counter() - started)
+
+
+class ApiKeyMiddleware:
+    """With API_KEY set, answer an HTTP request that lacks the key with 401 (OpenAI's error
+    body) from its headers alone, before any of its body is read; every path but the open
+    ones (`is_open`) needs it, so a new route is protected by default. WebSocket routes
+    check the key themselves (header, `api_key` query or subprotocol: api/ws_common.py)."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.api_key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.api_key and not is_open(scope["path"]):
+            authorization = dict(scope.get("headers") or []).get(b"authorization")
+            try:
+                check_api_key(self.api_key, authorization and authorization.decode("latin-1"))
+            except AuthError as exc:
+                for message in _error_response(exc.status, exc.body(), REQUEST_ID.get()):
+                    await send(message)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

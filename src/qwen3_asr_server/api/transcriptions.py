@@ -44,8 +44,9 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
 
     A full queue or a spent budget refuses the upload first: decoding a file that cannot be
     queued would spend CPU and memory on work that is thrown away. The duration is taken
-    from the container's header before decoding; when it has none, the audio is refused
-    after decoding instead."""
+    from the container's header before decoding, and the reservation grows with the
+    decoded audio, block by block: a header that lies (or says nothing) is refused at the
+    first block past the budget."""
     ctx.scheduler.admit()  # MAX_QUEUE is checked here, once; the segments are then admitted
     ctx.budget.check_room()
     limit = ctx.settings.max_upload_bytes
@@ -60,11 +61,13 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     check_duration(estimate or 0.0, ctx.settings.max_audio_seconds)  # 413, not a 503 to retry
     reservation = ctx.budget.reserve(estimate or 0.0)
     on_request_end(request.scope, reservation.release)
-    audio = await asyncio.to_thread(
-        decode_audio, file.file, **kind, max_seconds=ctx.settings.max_audio_seconds
+    return await asyncio.to_thread(
+        decode_audio,
+        file.file,
+        **kind,
+        max_seconds=ctx.settings.max_audio_seconds,
+        reserve=reservation.grow_to,  # on the decoding thread (the budget is thread-safe)
     )
-    reservation.grow_to(audio.duration)
-    return audio
 
 
 def server_timing(result: Transcription, decode_seconds: float) -> str:

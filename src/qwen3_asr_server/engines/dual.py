@@ -2,11 +2,17 @@
 
 Both load and unload together (the model manager sees one engine). Any pair works: two Qwen
 checkpoints, or whisper for partials under a Qwen main model.
+
+The pair shows what the server needs of the engines inside it: the main engine's slots (the
+remote backends' capacity with ENGINE=remote) and backends, and the worker restarts of both.
+The fast model takes one call at a time (a lock) even when the main one takes several.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable
+from typing import Any
 
 from .base import Engine, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
 
@@ -15,6 +21,30 @@ class DualEngine:
     def __init__(self, main: Engine, fast: Engine) -> None:
         self.main, self.fast = main, fast
         self.name, self.model_id = main.name, main.model_id
+        self._fast_lock = threading.Lock()  # the scheduler may run `slots` calls at once
+
+    @property
+    def slots(self) -> int:
+        """Engine calls at once: the main engine's (remote backends: their capacity)."""
+        return int(getattr(self.main, "slots", 1))
+
+    @property
+    def restarts(self) -> int:
+        """ENGINE_PROCESS=worker: worker processes of both models that died or were killed."""
+        return sum(int(getattr(e, "restarts", 0)) for e in (self.main, self.fast))
+
+    @property
+    def backends(self) -> list[Any]:
+        """ENGINE=remote: the main engine's backends (the fast model is always local)."""
+        return list(getattr(self.main, "backends", []))
+
+    def status(self) -> list[dict[str, Any]]:
+        status = getattr(self.main, "status", None)
+        return list(status()) if callable(status) else []
+
+    @property
+    def backend_waiting(self) -> int:
+        return int(getattr(self.main, "backend_waiting", 0))
 
     @property
     def device(self) -> str:
@@ -56,7 +86,11 @@ class DualEngine:
     def transcribe(
         self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
     ) -> TranscribeResult:
-        return self.for_request(request).transcribe(request, should_stop)
+        engine = self.for_request(request)
+        if engine is self.main:
+            return engine.transcribe(request, should_stop)
+        with self._fast_lock:
+            return engine.transcribe(request, should_stop)
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return self.main.batch_key(request)  # partials are never batched

@@ -12,10 +12,17 @@ its connection (vLLM then aborts the generation) instead of running to its end.
 
 The scheduler runs one thread per slot (all backends' REMOTE_MAX_INFLIGHT together), so
 jobs leave the priority queue in order and no more are in flight than the backends take.
+No backend ever gets more than its REMOTE_MAX_INFLIGHT: while some are down, the jobs beyond
+the survivors' slots wait for one (`backend_waiting` in /health).
 Each job goes to the backend with the fewest jobs in flight (round robin among equals). A
 backend that refuses, times out or drops a connection is taken out of the rotation and
 probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL); the job is retried once on
 another backend. With every backend down the job fails with BackendUnavailableError (503).
+
+Auth: REMOTE_API_KEY goes to every backend as a bearer token. Credentials in a backend's URL
+(`http://user:pass@host/v1`) go to that backend as HTTP Basic auth instead (one request has
+one Authorization header) and are taken out of the URL the requests use; wherever the URL is
+shown (/health, /metrics, logs, 503 messages) it is `config.redact_url`'s `user:***`.
 """
 
 from __future__ import annotations
@@ -130,6 +137,11 @@ class RemoteEngine:
     def slots(self) -> int:
         return self.pool.slots
 
+    @property
+    def backend_waiting(self) -> int:
+        """Jobs waiting for a slot: every backend that is up is full (others are down)."""
+        return self.pool.waiting
+
     def status(self) -> list[dict[str, Any]]:
         return self.pool.status()
 
@@ -190,16 +202,20 @@ class RemoteEngine:
     async def _probe(self, backend: Backend) -> None:
         """GET /v1/models (or /health beside it): any answer but 401/403/5xx means up."""
         assert self._client is not None
+        timeout, headers = self._probe_timeout, backend.headers
         try:
-            r = await self._client.get(f"{backend.url}/models", timeout=self._probe_timeout)
+            r = await self._client.get(f"{backend.url}/models", timeout=timeout, headers=headers)
             if r.status_code == 404:
                 root = backend.url.removesuffix("/v1")
-                r = await self._client.get(f"{root}/health", timeout=self._probe_timeout)
+                r = await self._client.get(f"{root}/health", timeout=timeout, headers=headers)
         except httpx.HTTPError as exc:
             self.pool.mark_down(backend, f"unreachable: {type(exc).__name__}: {exc}")
             return
         if r.status_code in (401, 403):
-            self.pool.mark_down(backend, f"HTTP {r.status_code}: check REMOTE_API_KEY")
+            what = (
+                "the credentials in REMOTE_BACKENDS" if backend.authorization else "REMOTE_API_KEY"
+            )
+            self.pool.mark_down(backend, f"HTTP {r.status_code}: check {what}")
             return
         if r.status_code >= 500:
             self.pool.mark_down(backend, f"HTTP {r.status_code}: {_message(r)}")
@@ -275,22 +291,23 @@ class RemoteEngine:
         while len(tried) < 2:  # one retry, on another backend
             if should_stop():
                 raise JobCancelledError()
-            backend = self.pool.acquire(tried)
+            backend = self.pool.acquire(tried, should_stop)  # waits for a free slot
             if backend is None:
                 break
             tried.append(backend)
             started = time.perf_counter()
             outcome = "cancelled"
             try:
-                post = self._post(backend.url, wav, self._form(backend, request), headers)
+                form = self._form(backend, request)
+                post = self._post(backend.url, wav, form, {**headers, **backend.headers})
                 answer = self._wait(self._submit(post), should_stop)
                 outcome = "answered"
                 return self._result(request, answer, time.perf_counter() - started)
             except BackendFailedError as exc:
-                outcome, failure = "failed", f"{backend.url}: {exc}"
+                outcome, failure = "failed", f"{backend.label}: {exc}"
                 if exc.down:
                     self.pool.mark_down(backend, str(exc))
-                logger.warning("remote job failed on {}: {}", backend.url, exc)
+                logger.warning("remote job failed on {}: {}", backend.label, exc)
             except ValueError:
                 outcome = "answered"  # the backend refused the input: it is working
                 raise

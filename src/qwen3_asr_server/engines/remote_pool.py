@@ -3,21 +3,39 @@ the ones that are down. Thread-safe (the scheduler's threads and the HTTP loop s
 
 from __future__ import annotations
 
+import base64
 import itertools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from loguru import logger
 
-from .base import BackendUnavailableError
+from ..config import redact_url
+from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
+
+POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """`http://user:pass@host/v1` -> (`http://host/v1`, the Basic `Authorization` value for
+    user:pass). A URL without userinfo comes back as it is, with None."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    userpass = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    return clean, "Basic " + base64.b64encode(userpass.encode()).decode()
 
 
 @dataclass
 class Backend:
-    url: str  # base URL ending in /v1
+    url: str  # base URL ending in /v1, without credentials: where requests go
     max_inflight: int
+    label: str = ""  # how the URL is shown (health, metrics, logs, errors): no password
+    authorization: str | None = field(default=None, repr=False)  # from the URL's userinfo
     state: str = "unknown"  # unknown | up | down
     model: str | None = None
     inflight: int = 0
@@ -29,11 +47,19 @@ class Backend:
     next_probe: float = 0.0  # monotonic
     picked: int = 0  # when it was last chosen (round robin among equals)
 
+    def __post_init__(self) -> None:
+        self.label = self.label or redact_url(self.url)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers this backend's requests carry besides the client's (its credentials)."""
+        return {"Authorization": self.authorization} if self.authorization else {}
+
     def status(self, now: float) -> dict[str, Any]:
         latency = round(1000 * self.seconds / self.requests, 1) if self.requests else None
         down = self.state == "down"
         return {
-            "url": self.url,
+            "url": self.label,
             "state": self.state,
             "model": self.model,
             "inflight": self.inflight,
@@ -49,10 +75,16 @@ class Backend:
 
 class BackendPool:
     def __init__(self, urls: list[str], max_inflight: int, probe_interval: float) -> None:
-        self.backends = [Backend(url, max_inflight) for url in urls]
+        self.backends = [
+            Backend(clean, max_inflight, redact_url(url), auth)
+            for url in urls
+            for clean, auth in [split_credentials(url)]
+        ]
         self.probe_interval = probe_interval
-        self._lock = threading.Lock()
+        # One lock; release, mark_up and mark_down wake the jobs waiting for a slot.
+        self._lock = threading.Condition()
         self._picks = itertools.count(1)
+        self.waiting = 0  # jobs waiting for a slot (every usable backend is full)
 
     @property
     def slots(self) -> int:
@@ -68,21 +100,37 @@ class BackendPool:
         with self._lock:
             return [b for b in self.backends if b.next_probe <= now]
 
-    def acquire(self, exclude: list[Backend]) -> Backend | None:
-        """The backend with the fewest jobs in flight, not down and not tried yet."""
+    def acquire(
+        self, exclude: list[Backend], should_stop: ShouldStop = never_stop
+    ) -> Backend | None:
+        """The backend with the fewest jobs in flight, not down and not tried yet; None when
+        every such backend is down. When all of them are full (REMOTE_MAX_INFLIGHT each: the
+        others may be down, so the scheduler runs more jobs than they take), wait for a
+        slot; JobCancelledError if every caller of the job goes meanwhile."""
         with self._lock:
-            ready = [b for b in self.backends if b.state != "down" and b not in exclude]
-            if not ready:
-                return None
-            chosen = min(ready, key=lambda b: (b.inflight / b.max_inflight, b.picked))
-            chosen.inflight += 1
-            chosen.picked = next(self._picks)
-            return chosen
+            while True:
+                usable = [b for b in self.backends if b.state != "down" and b not in exclude]
+                if not usable:
+                    return None
+                free = [b for b in usable if b.inflight < b.max_inflight]
+                if free:
+                    chosen = min(free, key=lambda b: (b.inflight / b.max_inflight, b.picked))
+                    chosen.inflight += 1
+                    chosen.picked = next(self._picks)
+                    return chosen
+                if should_stop():
+                    raise JobCancelledError()
+                self.waiting += 1
+                try:
+                    self._lock.wait(POLL)
+                finally:
+                    self.waiting -= 1
 
     def release(self, backend: Backend, outcome: str, seconds: float = 0.0) -> None:
         """A job left the backend: `answered` (in `seconds`), `failed` or `cancelled`."""
         with self._lock:
             backend.inflight -= 1
+            self._lock.notify_all()
             if outcome == "failed":
                 backend.errors += 1
             elif outcome == "answered":
@@ -92,7 +140,7 @@ class BackendPool:
     def mark_up(self, backend: Backend, model: str | None) -> None:
         with self._lock:
             if backend.state != "up":
-                logger.info("remote backend {} is up", backend.url)
+                logger.info("remote backend {} is up", backend.label)
             backend.state, backend.failures, backend.last_error = "up", 0, None
             backend.next_probe = time.monotonic() + self.probe_interval
             if model:
@@ -102,7 +150,7 @@ class BackendPool:
         """Out of the rotation; probed again after 1, 2, 4 ... s, up to the probe interval."""
         with self._lock:
             if backend.state != "down":
-                logger.warning("remote backend {} is down: {}", backend.url, reason)
+                logger.warning("remote backend {} is down: {}", backend.label, reason)
             backend.state, backend.last_error = "down", reason
             backend.failures += 1
             delay = min(2.0 ** (backend.failures - 1), self.probe_interval)
@@ -113,7 +161,7 @@ class BackendPool:
         now = time.monotonic()
         with self._lock:
             states = ", ".join(
-                f"{b.url} ({b.state}{': ' + b.last_error if b.last_error else ''})"
+                f"{b.label} ({b.state}{': ' + b.last_error if b.last_error else ''})"
                 for b in self.backends
             )
             waits = [b.next_probe - now for b in self.backends if b.state == "down"]

@@ -8,7 +8,8 @@ the CUDA context). The server process never imports torch.
 - Audio crosses as raw float32 bytes (`send_bytes`), the rest as small pickled tuples.
 - Cancellation: a shared event the child's engine polls as `should_stop`.
 - A child that dies (segfault, OOM kill, kill -9) fails the calls in flight with
-  `EngineCrashedError` (a 503); the next call starts a fresh child.
+  `EngineCrashedError` (a 503); the next call starts a fresh child. A thread waits on each
+  child's sentinel, so a death between calls shows at once (`state` "exited" in /health).
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import threading
 import time
@@ -63,7 +65,7 @@ class WorkerEngine:
         self._lock = threading.Lock()  # one call at a time over the pipe
         self._facts: dict[str, Any] = {}
         self.restarts = 0  # children that died or were killed
-        self.state = "stopped"  # stopped | starting | ready
+        self.state = "stopped"  # stopped | starting | ready | exited (died; restarted on use)
 
     # -- the Engine protocol: facts known without the child -------------------------------
     @property
@@ -123,6 +125,9 @@ class WorkerEngine:
         process.start()
         child.close()
         self._process, self._conn = process, parent
+        threading.Thread(
+            target=self._watch, args=(process,), name="worker-watch", daemon=True
+        ).start()
         try:
             reply = self._call(("load",), [], never_stop, deadline=None)
         except BaseException:
@@ -146,6 +151,16 @@ class WorkerEngine:
             process.kill()
             process.join(5)
         conn.close()
+
+    def _watch(self, process: Any) -> None:
+        """Notice the child's exit when it happens, not at the next call. A call in flight
+        notices it first (it holds the lock); a child that was stopped or replaced is no
+        longer `self._process`."""
+        multiprocessing.connection.wait([process.sentinel])
+        with self._lock:
+            if self._process is process:
+                process.join(1)
+                self._died(process)
 
     # -- calls ----------------------------------------------------------------------------
     def transcribe(
@@ -226,7 +241,7 @@ class WorkerEngine:
             conn = self._conn
             self._process = self._conn = None
             self._facts = {}
-            self.state = "stopped"
+            self.state = "exited"
             if conn is not None:
                 conn.close()
 
