@@ -87,3 +87,23 @@ def test_too_long_is_413_before_full_decode() -> None:
 def test_too_long_through_ffmpeg_is_413() -> None:
     with pytest.raises(TooLargeError):
         decode_audio(av_bytes("mp4", "aac", seconds=3.0), max_seconds=1.0)
+
+
+def test_an_mp3_whose_xing_header_understates_it_is_decoded_whole() -> None:
+    """An MP3's Xing/Info header gives its frame count; libsndfile stops there. A header that
+    says 10 frames over 20 s of audio decoded as 0.28 s, the rest lost without an error."""
+    import io
+    import struct
+
+    import soundfile as sf
+
+    audio = tone(20.0)
+    buf = io.BytesIO()
+    sf.write(buf, audio, SAMPLE_RATE, format="MP3")
+    data = bytearray(buf.getvalue())
+    at = data.find(b"Xing") if b"Xing" in data[:200] else data.find(b"Info")
+    assert 0 <= at < 200 and struct.unpack(">I", data[at + 4 : at + 8])[0] & 1  # has frames
+    data[at + 8 : at + 12] = struct.pack(">I", 10)
+    assert sf.info(io.BytesIO(bytes(data))).frames < SAMPLE_RATE  # the header lies
+    decoded = decode_audio(io.BytesIO(bytes(data)), filename="a.mp3", content_type="audio/mpeg")
+    assert decoded.duration == pytest.approx(20.0, abs=0.1)

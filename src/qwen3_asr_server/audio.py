@@ -1,6 +1,7 @@
 """Decode uploads into mono float32 at 16 kHz; PCM helpers.
 
-soundfile handles wav/flac/ogg/mp3; PyAV handles what soundfile cannot (m4a, mp4, webm, ...).
+soundfile handles wav/flac/ogg; PyAV handles MP3 (libsndfile trusts its Xing header's frame
+count) and what soundfile cannot (m4a, mp4, webm, ...).
 Raw `audio/pcm` uploads are s16le, 16 kHz, mono. An upload is read from its (spooled)
 file, so its bytes are not held in memory beside the decoded audio. `reserve` is told the
 decoded duration before each block is kept (the decoded-audio budget grows with it and
@@ -168,6 +169,10 @@ def _decode_container(source: Source, max_seconds: float | None, reserve: Reserv
     except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
         first_error = str(sf_error).rsplit(": ", 1)[-1]
         return _decode_with_av(source, max_seconds, reserve, first_error=first_error)
+    if info.format == "MP3":  # libsndfile stops at the Xing header's frame count, which may
+        # lie (60 s of audio under a header saying 0.28 s decoded as 0.28 s); FFmpeg decodes
+        # every frame there is
+        return _decode_with_av(source, max_seconds, reserve, first_error="")
     if info.frames > 0:  # some formats report no frame count until decoded
         check_duration(info.frames / info.samplerate, max_seconds)
     rate = int(info.samplerate)
