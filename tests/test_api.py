@@ -312,7 +312,10 @@ def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFac
         with pytest.raises(openai.APIStatusError) as info:
             transcribe(client, wav_bytes(0.5))
         assert_openai_error(info.value, 504, None)
-        time.sleep(1.2)  # the abandoned job finishes; its result is dropped
+        # the abandoned job finishes (its result is dropped): wait for that, not a guess
+        deadline = time.monotonic() + 60
+        while (srv.ctx.scheduler.busy or srv.ctx.scheduler.depth) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert isinstance(transcribe(client, wav_bytes(0.5)).text, str)
 
 

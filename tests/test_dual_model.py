@@ -134,3 +134,41 @@ def test_the_process_shows_both_models(tiny_qwen_dir: Path, tmp_path: Path) -> N
         }
     finally:
         server.stop()
+
+
+def test_a_partial_that_finds_the_fast_model_busy_is_skipped_not_queued(
+    tiny_qwen_dir: Path,
+) -> None:
+    """With remote backends the scheduler runs several calls at once; a second partial must
+    not wait inside the engine for the one fast model (holding a scheduler thread that a
+    final could use): it is skipped at once, and the fast model takes the next one."""
+    import threading
+
+    from qwen3_asr_server.engines.base import EngineBusyError, TranscribeRequest
+
+    plain = create_engine(dual_settings(tiny_qwen_dir))
+    assert isinstance(plain, DualEngine)
+    started, release = threading.Event(), threading.Event()
+
+    class Holding(Recording):
+        def transcribe(self, request, should_stop=None):  # type: ignore[no-untyped-def]
+            started.set()
+            release.wait(30)
+            return super().transcribe(request, should_stop)
+
+    engine = DualEngine(plain.main, Holding(plain.fast))  # type: ignore[arg-type]
+    engine.load()
+    try:
+        audio = load("sentence_02.wav")
+        partial = TranscribeRequest(audio, "en", partial=True)
+        first = threading.Thread(target=engine.transcribe, args=(partial,))
+        first.start()
+        assert started.wait(30)
+        with pytest.raises(EngineBusyError):  # at once: before, it waited for the first
+            engine.transcribe(partial)
+        release.set()
+        first.join(60)
+        assert engine.transcribe(partial).text  # free again
+    finally:
+        release.set()
+        engine.unload()

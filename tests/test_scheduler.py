@@ -153,25 +153,63 @@ async def test_full_queue_is_rejected_with_503() -> None:
 
 
 async def test_admission_is_checked_once_and_admitted_jobs_are_never_refused() -> None:
-    """MAX_QUEUE is admission control: `admit()` refuses new work when the queue is full,
-    but jobs of admitted work (an upload's next segment, a stream's final) are queued
-    whatever the depth; unadmitted jobs (partials) are refused."""
-    sched = PriorityScheduler(max_queue=2)
+    """MAX_QUEUE is admission control: `admit()` refuses new work while waiting jobs plus
+    admitted work that has queued nothing yet reach it, but jobs of admitted work (an
+    upload's next segment, a stream's final) are queued whatever the depth. Unadmitted jobs
+    (partials) are refused only by the jobs that would run before them."""
+    sched = PriorityScheduler(max_queue=3)
     sched.start()
     try:
         holder, release = await occupy(sched)
-        waiting = [asyncio.create_task(sched.submit(lambda: 1, admitted=True)) for _ in range(4)]
-        final = asyncio.create_task(sched.submit(lambda: 2, priority=REALTIME, admitted=True))
-        while sched.depth < 5:
+        first = sched.admit()
+        segments = [asyncio.create_task(sched.submit(lambda: 1, admitted=True)) for _ in range(4)]
+        while sched.depth < 4:
             await asyncio.sleep(0.01)
         with pytest.raises(QueueFullError):
             sched.admit()
-        with pytest.raises(QueueFullError):
+        # four queued upload segments do not refuse a partial: it runs before them
+        partial = asyncio.create_task(sched.submit(lambda: 3, priority=PARTIAL))
+        finals = [
+            asyncio.create_task(sched.submit(lambda: 2, priority=REALTIME, admitted=True))
+            for _ in range(3)
+        ]
+        while sched.depth < 8:
+            await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError):  # three finals wait: the partial would wait too
             await sched.submit(lambda: 3, priority=PARTIAL)
         release.set()
-        assert await asyncio.gather(*waiting, final) == [1, 1, 1, 1, 2]
+        assert await asyncio.gather(*segments, *finals, partial) == [1, 1, 1, 1, 2, 2, 2, 3]
         await holder
-        sched.admit()  # room again
+        first.release()  # it arrived with its first job: releasing it changes nothing
+        others = [sched.admit() for _ in range(3)]
+        with pytest.raises(QueueFullError):  # the queue is empty, but 3 uploads are arriving
+            sched.admit()
+        others[0].release()
+        others[0].release()  # counts once
+        others.append(sched.admit())
+        with pytest.raises(QueueFullError):
+            sched.admit()
+    finally:
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_a_burst_of_uploads_cannot_all_pass_an_empty_queue() -> None:
+    """Uploads queue nothing until they are decoded: admission counts them from `admit()`
+    until their first job is queued (or they end), so a burst cannot all pass an empty
+    queue."""
+    sched = PriorityScheduler(max_queue=4)
+    sched.start()
+    try:
+        admitted = []
+        refused = 0
+        for _ in range(10):
+            try:
+                admitted.append(sched.admit())
+            except QueueFullError:
+                refused += 1
+        assert len(admitted) == 4 and refused == 6
+        admitted.pop().release()
+        admitted.append(sched.admit())
     finally:
         await asyncio.to_thread(sched.stop)
 

@@ -300,3 +300,20 @@ def test_server_shutdown_sends_the_open_utterances_final() -> None:
         srv.server.should_exit = True  # shut down with the utterance still open
         assert c.closed.wait(30)
     assert [normalize(t)[:10] for t in c.finals()] == ["he forgot "]
+
+
+def test_every_flush_gets_one_final() -> None:
+    """A final answers its own flush and every flush sent while it was pending (the first
+    carries the text, the others are empty); a failed one is followed by an empty final for
+    each flush it answered, so a client waiting for its flush's final never hangs."""
+    from qwen3_asr_server.api.ws_transcribe import answer_texts, answered
+
+    def final(text: str, reason: str, answers: list[str]) -> dict[str, object]:
+        return {"text": text, "reason": reason, "answers": answers}
+
+    assert answer_texts(final("hi", "silence", [])) == ["hi"]
+    assert answer_texts(final("", "silence", [])) == []  # a VAD false alarm
+    assert answer_texts(final("", "silence", ["flush"])) == [""]
+    assert answer_texts(final("hi", "flush", ["flush"])) == ["hi", ""]
+    assert answer_texts(final("", "flush", [])) == [""]
+    assert answered(final("", "silence", ["flush", "flush"])) == 2

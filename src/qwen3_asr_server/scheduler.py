@@ -57,6 +57,27 @@ class BatchSpec:
     run_many: Callable[[list[Any]], list[Any]]
 
 
+class Admission:
+    """Admitted work counted by admission until its first job is queued (`arrived()`) or it
+    ends (`release()`); either, any number of times, counts once."""
+
+    def __init__(self, scheduler: PriorityScheduler) -> None:
+        self._scheduler: PriorityScheduler | None = scheduler
+
+    def arrived(self) -> None:
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler._arrived()
+
+    release = arrived
+
+
+# The admission of the work the current task is doing (set by `admit()`).
+_ADMISSION: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
+    "admission", default=None
+)
+
+
 def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     """Runs on the event loop. The caller may have gone: then there is nobody to tell."""
     if future.done():
@@ -93,6 +114,7 @@ class PriorityScheduler:
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._running = 0
+        self._arriving = 0  # admitted work (uploads) that has not queued a job yet
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self.completed = 0
@@ -134,19 +156,38 @@ class PriorityScheduler:
             return len(self._heap)
 
     @property
+    def arriving(self) -> int:
+        """Admitted work that has not queued a job yet (uploads being decoded)."""
+        with self._cond:
+            return self._arriving
+
+    @property
     def busy(self) -> bool:
         return self._running > 0
 
-    def admit(self) -> None:
+    def admit(self) -> Admission:
         """Admission control, checked once when new work first asks for the queue (an
-        upload before it is decoded): QueueFullError (503) when `max_queue` jobs wait. Work
-        that was admitted submits its jobs with `admitted=True` and is never refused later;
-        its own in-flight window bounds it."""
+        upload, before it is decoded): QueueFullError (503) while the waiting jobs plus the
+        admitted work that has not queued a job yet reach `max_queue` (so a burst of uploads
+        still decoding cannot all pass an empty queue). Admitted work submits its jobs with
+        `admitted=True` and is never refused later; its own in-flight window bounds it.
+
+        The admission belongs to the calling task's context: the first admitted job
+        submitted from it (or from tasks it starts) marks it arrived; `release()` (the
+        request's end) does too, if no job ever came."""
         with self._cond:
             if self._stopping or not self._threads:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
-            if len(self._heap) >= self.max_queue:
+            if len(self._heap) + self._arriving >= self.max_queue:
                 raise QueueFullError()
+            self._arriving += 1
+        admission = Admission(self)
+        _ADMISSION.set(admission)
+        return admission
+
+    def _arrived(self) -> None:
+        with self._cond:
+            self._arriving -= 1
 
     def realtime_recent(self) -> bool:
         """A streaming job was submitted within `realtime_quiet` seconds."""
@@ -185,12 +226,18 @@ class PriorityScheduler:
         with self._cond:
             if self._stopping or not self._threads:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
-            if not admitted and len(self._heap) >= self.max_queue:
+            # unadmitted jobs (partials) count only the jobs that run before or with them:
+            # queued uploads do not delay a partial, so they do not refuse it either
+            if not admitted and self._ahead(priority) >= self.max_queue:
                 raise QueueFullError()
             if priority < BATCH:
                 self._last_realtime = time.monotonic()
             heapq.heappush(self._heap, job)
             self._cond.notify()
+        if admitted:
+            admission = _ADMISSION.get()
+            if admission is not None:
+                admission.arrived()  # its job is in the heap now: counted there
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
         except TimeoutError:
@@ -201,6 +248,10 @@ class PriorityScheduler:
         except asyncio.CancelledError:
             self._cancel(job)
             raise
+
+    def _ahead(self, priority: int) -> int:
+        """Waiting jobs of this priority or a more urgent one (lock held)."""
+        return sum(1 for job in self._heap if job.priority <= priority)
 
     def _cancel(self, job: _Job[Any]) -> None:
         with self._cond:

@@ -22,6 +22,7 @@ from .engines.base import (
     ALIGNER_MAX_SECONDS,
     BackendUnavailableError,
     Engine,
+    EngineBusyError,
     EngineCrashedError,
     ModelLoadError,
     Segment,
@@ -287,6 +288,8 @@ class TranscriptionService:
             raise
         except ModelLoadError as exc:  # e.g. a worker process restarted by this call
             raise ModelUnavailableError(str(exc)) from exc
+        except EngineBusyError as exc:  # only partials: skipped by the session
+            raise ServiceUnavailableError(str(exc), code="engine_busy") from exc
         except EngineCrashedError as exc:
             raise ServiceUnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
         except BackendUnavailableError as exc:

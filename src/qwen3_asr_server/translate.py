@@ -8,7 +8,7 @@ from typing import Any
 
 from loguru import logger
 
-from .config import Settings
+from .config import Settings, redact_url
 from .errors import BadGatewayError, NotConfiguredError
 
 FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
@@ -78,9 +78,9 @@ class Translator:
                 temperature=temperature,
             )
         except Exception as exc:
+            where = redact_url(self.settings.translate_base_url or "")
             raise BadGatewayError(
-                f"The translation model at {self.settings.translate_base_url} failed: "
-                f"{type(exc).__name__}: {str(exc)[:300]}"
+                f"The translation model at {where} failed: {type(exc).__name__}: {str(exc)[:300]}"
             ) from exc
         content = response.choices[0].message.content if response.choices else None
         return str(content or "")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
+from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthError, error_body
@@ -146,7 +147,8 @@ class ApiKeyMiddleware:
         self.api_key = api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.api_key and not is_open(scope["path"]):
+        # the path as routed (without a --root-path prefix), as the routes see it
+        if scope["type"] == "http" and self.api_key and not is_open(get_route_path(scope)):
             authorization = dict(scope.get("headers") or []).get(b"authorization")
             try:
                 check_api_key(self.api_key, authorization and authorization.decode("latin-1"))

@@ -47,7 +47,8 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     from the container's header before decoding, and the reservation grows with the
     decoded audio, block by block: a header that lies (or says nothing) is refused at the
     first block past the budget."""
-    ctx.scheduler.admit()  # MAX_QUEUE is checked here, once; the segments are then admitted
+    # MAX_QUEUE is checked here, once; the upload's segments are then admitted
+    on_request_end(request.scope, ctx.scheduler.admit().release)
     ctx.budget.check_room()
     limit = ctx.settings.max_upload_bytes
     if (file.size or 0) > limit:  # the body limit middleware already cut bigger bodies

@@ -57,6 +57,18 @@ def error(code: str, message: str, status: int) -> dict[str, Any]:
     return {"code": code, "message": message, "statusCode": status}
 
 
+def answered(event: dict[str, Any]) -> int:
+    """How many flush/reset actions a final (or its failure) answers."""
+    return len(event["answers"]) + (event["reason"] in ANSWERS)
+
+
+def answer_texts(event: dict[str, Any]) -> list[str]:
+    """The finals to send for a final event: its text, then an empty final for each further
+    flush it answers (a flush sent while it was pending)."""
+    count = max(answered(event), 1 if event["text"] else 0)
+    return [event["text"], *[""] * (count - 1)] if count else []
+
+
 def final_error(event: dict[str, Any]) -> dict[str, Any]:
     """A final that failed, in the seed's error shape, with the failure's own status:
     503 (no backend, model unavailable, shutting down) and 504 (timeout) are retryable."""
@@ -106,10 +118,15 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         if kind == "partial":
             message = {"text": event["text"], "is_partial": True, "is_final": False}
             await outbox.put({**message, "stable_text": event["stable_text"]}, droppable=True)
-        elif kind == "final" and (event["text"] or event["reason"] in ANSWERS or event["answers"]):
-            await outbox.put({"text": event["text"], "is_partial": False, "is_final": True})
+        elif kind == "final":
+            # one final per flush/reset it answers (the first carries the text); a final with
+            # text answers nothing but is sent; an empty one that answers nothing is not
+            for text in answer_texts(event):
+                await outbox.put({"text": text, "is_partial": False, "is_final": True})
         elif kind == "error":
             await outbox.put(final_error(event))
+            for _ in range(answered(event)):  # a client waiting for its flush's final
+                await outbox.put({"text": "", "is_partial": False, "is_final": True})
 
     session = new_session(ctx, base_config(ctx, use_vad, language), emit)
     refused = await register(ctx, session, outbox)

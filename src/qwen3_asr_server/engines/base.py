@@ -17,6 +17,11 @@ class EngineCrashedError(Exception):
     """The engine's worker process died during a call (segfault, OOM kill, kill -9)."""
 
 
+class EngineBusyError(Exception):
+    """The engine cannot take this call now (a draft model already decoding): the call is
+    skipped, not queued inside the engine, where it would hold a scheduler thread."""
+
+
 class BackendUnavailableError(Exception):
     """No remote backend could take the job; `retry_after` is when one may be back (s)."""
 

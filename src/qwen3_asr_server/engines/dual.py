@@ -14,7 +14,14 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
-from .base import Engine, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .base import (
+    Engine,
+    EngineBusyError,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    never_stop,
+)
 
 
 class DualEngine:
@@ -89,8 +96,15 @@ class DualEngine:
         engine = self.for_request(request)
         if engine is self.main:
             return engine.transcribe(request, should_stop)
-        with self._fast_lock:
+        # With remote backends the scheduler runs several calls at once; partials waiting
+        # here for the one local fast model would hold its threads from finals and uploads
+        # that the backends could take. A partial is a draft: skip it instead.
+        if not self._fast_lock.acquire(blocking=False):
+            raise EngineBusyError("the fast model is decoding another partial")
+        try:
             return engine.transcribe(request, should_stop)
+        finally:
+            self._fast_lock.release()
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return self.main.batch_key(request)  # partials are never batched

@@ -108,22 +108,26 @@ class BackendPool:
         others may be down, so the scheduler runs more jobs than they take), wait for a
         slot; JobCancelledError if every caller of the job goes meanwhile."""
         with self._lock:
-            while True:
-                usable = [b for b in self.backends if b.state != "down" and b not in exclude]
-                if not usable:
-                    return None
-                free = [b for b in usable if b.inflight < b.max_inflight]
-                if free:
-                    chosen = min(free, key=lambda b: (b.inflight / b.max_inflight, b.picked))
-                    chosen.inflight += 1
-                    chosen.picked = next(self._picks)
-                    return chosen
-                if should_stop():
-                    raise JobCancelledError()
-                self.waiting += 1
-                try:
+            waited = False
+            try:
+                while True:
+                    usable = [b for b in self.backends if b.state != "down" and b not in exclude]
+                    if not usable:
+                        return None
+                    free = [b for b in usable if b.inflight < b.max_inflight]
+                    if free:
+                        chosen = min(free, key=lambda b: (b.inflight / b.max_inflight, b.picked))
+                        chosen.inflight += 1
+                        chosen.picked = next(self._picks)
+                        return chosen
+                    if should_stop():
+                        raise JobCancelledError()
+                    if not waited:  # counted once per waiting job, not once per poll
+                        waited = True
+                        self.waiting += 1
                     self._lock.wait(POLL)
-                finally:
+            finally:
+                if waited:
                     self.waiting -= 1
 
     def release(self, backend: Backend, outcome: str, seconds: float = 0.0) -> None:

@@ -402,6 +402,8 @@ class StreamSession:
                     "message": error.message if error is not None else str(exc),
                     "retry_after": error.headers.get("Retry-After") if error else None,
                     "utterance": utt.id,
+                    "reason": item.reason,
+                    "answers": list(item.answers),
                     "duration": item.seconds,
                 }
             )
