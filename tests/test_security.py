@@ -202,3 +202,29 @@ def test_backend_urls_are_shown_without_their_password() -> None:
         and "pa@ss" not in repr(backend)
         and backend.status(0.0)["url"] == backend.label
     )
+
+
+async def test_open_routes_stay_open_behind_a_root_path() -> None:
+    """Behind `--root-path /asr`, uvicorn puts the prefix in `path`: the key check must use
+    the routed path (it asked for a key on /asr/health), and still guard /asr/v1/models."""
+    from qwen3_asr_server.api.middleware import ApiKeyMiddleware
+
+    reached: list[str] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    guard = ApiKeyMiddleware(inner, "secret")
+    for path in ("/asr/health", "/asr/v1/models"):
+        scope = {"type": "http", "path": path, "root_path": "/asr", "headers": []}
+        await guard(scope, receive, send)
+    assert reached == ["/asr/health"]
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [401]
