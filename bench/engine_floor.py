@@ -29,8 +29,8 @@ import soundfile as sf
 
 import speech
 from qwen3_asr_server.compaction import Source, compact
+from qwen3_asr_server.long_form import FIRST_SEGMENT_SECONDS
 from qwen3_asr_server.segmentation import Segmenter
-from qwen3_asr_server.service import FIRST_SEGMENT_SECONDS
 
 SR = 16000
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from audio_files import av_bytes, encode, tone, wav_bytes
-from qwen3_asr_server.audio import SAMPLE_RATE, decode_audio, pcm16_to_float
+from qwen3_asr_server.audio import decode_audio, pcm16_to_float
 from qwen3_asr_server.errors import BadRequestError, InvalidAudioError, TooLargeError
+from qwen3_asr_server.pcm import SAMPLE_RATE
 
 
 @pytest.mark.parametrize(

@@ -261,7 +261,7 @@ def test_litellm_sdk(installed: None, whisper_server: LiveServer, wav: Path) -> 
 
 # -- what the clients needed from the server ---------------------------------------------------
 def test_no_speech_prob_comes_from_the_vad_where_the_engine_has_none() -> None:
-    from qwen3_asr_server.engines.base import Segment
+    from qwen3_asr_server.transcript import Segment
     from qwen3_asr_server.vad import SileroModel, fill_no_speech_probs
 
     speech_audio, _ = sf.read(speech.path(SENTENCE), dtype="float32")
@@ -343,20 +343,24 @@ def test_a_file_part_with_an_empty_filename_is_a_clear_400(
 
 
 def test_realtime_sends_no_empty_delta_and_no_vad_events_without_turn_detection() -> None:
-    from qwen3_asr_server.api.realtime import RealtimeState, to_openai
+    from dataclasses import replace
 
-    state = RealtimeState("sess_x", use_vad=False, language=None)
-    assert to_openai({"type": "speech_started", "utterance": 1, "at_ms": 0}, state) is None
-    assert to_openai({"type": "speech_stopped", "utterance": 1, "at_ms": 900}, state) is None
-    first = to_openai({"type": "partial", "utterance": 1, "stable_text": "Please"}, state)
-    assert first is not None and first[0]["delta"] == "Please"
-    same = {"type": "partial", "utterance": 1, "stable_text": "Please"}
+    from qwen3_asr_server.api.realtime_wire import RealtimeState, to_openai
+    from qwen3_asr_server.streaming.events import Partial, SpeechStarted, SpeechStopped
+    from qwen3_asr_server.streaming.session import StreamConfig
+
+    state = RealtimeState("sess_x", StreamConfig(use_vad=False), max_seconds=60)
+    assert to_openai(SpeechStarted(1, at_ms=0), state) is None
+    assert to_openai(SpeechStopped(1, at_ms=900), state) is None
+    first = to_openai(Partial(1, "Please call", stable_text="Please"), state)
+    assert first is not None and first["delta"] == "Please"
+    same = Partial(1, "Please call", stable_text="Please")
     assert to_openai(same, state) is None  # nothing new: no empty delta
-    more = to_openai({"type": "partial", "utterance": 1, "stable_text": "Please call"}, state)
-    assert more is not None and more[0]["delta"] == " call"
-    state.use_vad = True
-    started = to_openai({"type": "speech_started", "utterance": 2, "at_ms": 0}, state)
-    assert started is not None and started[0]["type"] == "input_audio_buffer.speech_started"
+    more = to_openai(Partial(1, "Please call", stable_text="Please call"), state)
+    assert more is not None and more["delta"] == " call"
+    state.config = replace(state.config, use_vad=True)
+    started = to_openai(SpeechStarted(2, at_ms=0), state)
+    assert started is not None and started["type"] == "input_audio_buffer.speech_started"
 
 
 def test_tls_settings_need_both_files(tmp_path: Path) -> None:

@@ -21,9 +21,10 @@ from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.compaction import Source, compact
 from qwen3_asr_server.engines import create_engine
-from qwen3_asr_server.engines.base import Segment, TranscribeResult, Word
+from qwen3_asr_server.engines.base import TranscribeResult
+from qwen3_asr_server.long_form import shift
 from qwen3_asr_server.segmentation import Segmenter, Span
-from qwen3_asr_server.service import Options, TranscriptionService
+from qwen3_asr_server.transcript import Segment, Word
 from server import live_server
 from wer import normalize, wer
 
@@ -83,7 +84,7 @@ def shifted_words(compacted: Any, words: list[tuple[float, float]]) -> list[tupl
     words_ = [Word("w", a, b) for a, b in words]
     result = TranscribeResult("x", "en", [Segment(0.0, compacted.length / RATE, "x", words_)])
     span = Span(0, compacted.length)
-    part = TranscriptionService._shift(0, span, result, 0.0, Options(), "native", compacted)
+    part = shift(0, span, result, 0.0, False, "native", compacted)
     return [(w.start, w.end) for s in part.segments for w in s.words]
 
 
@@ -140,7 +141,7 @@ def test_times_at_a_cut_or_on_a_pause_never_run_backwards() -> None:
     local_end = (join2 - join1) / RATE
     inner = Segment(0.5, local_end + 0.3, "overshoots", [Word("late", local_end, local_end + 0.2)])
     engine_result = TranscribeResult("x", "en", [inner])
-    part = TranscriptionService._shift(0, span, engine_result, 0.0, Options(), "", result)
+    part = shift(0, span, engine_result, 0.0, False, "", result)
     for item in [*part.segments, *part.segments[0].words]:
         assert item.start <= item.end, item
         assert item.end <= part.span.end_s + 1e-6
@@ -148,7 +149,7 @@ def test_times_at_a_cut_or_on_a_pause_never_run_backwards() -> None:
     at_join = join1 / RATE
     word = Word("on", at_join, at_join)
     engine_result = TranscribeResult("x", "en", [Segment(0.0, at_join, "on", [word])])
-    part = TranscriptionService._shift(0, whole, engine_result, 0.0, Options(), "", result)
+    part = shift(0, whole, engine_result, 0.0, False, "", result)
     assert part.segments[0].words[0].start <= part.segments[0].words[0].end
     assert part.span.end == len(audio)
 

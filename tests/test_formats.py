@@ -9,7 +9,6 @@ import srt
 import webvtt
 
 from contract import check_transcription
-from qwen3_asr_server.engines.base import Segment, Word
 from qwen3_asr_server.formats import (
     compression_ratio,
     json_body,
@@ -18,8 +17,8 @@ from qwen3_asr_server.formats import (
     to_vtt,
     verbose_json_body,
 )
-from qwen3_asr_server.service import Transcription
 from qwen3_asr_server.timestamps import spread_words
+from qwen3_asr_server.transcript import Segment, Transcript, Word
 
 SEGMENTS = [
     Segment(0.0, 2.5, "Hello there."),
@@ -58,7 +57,7 @@ def test_empty_transcript_gives_valid_empty_files() -> None:
 
 def test_verbose_json_fields() -> None:
     segs = [Segment(0, 1, "a b", words=[Word("a", 0, 0.4), Word("b", 0.5, 1)])]
-    body = verbose_json_body(Transcription("a b", "en", 1.0, segs), words=True, temperature=None)
+    body = verbose_json_body(Transcript("a b", "en", 1.0, segs), words=True, temperature=None)
     assert body["task"] == "transcribe" and body["language"] == "english"
     seg = body["segments"][0]
     assert set(seg) == {
@@ -81,14 +80,12 @@ def test_verbose_json_fields() -> None:
         {"word": "a", "start": 0, "end": 0.4},
         {"word": "b", "start": 0.5, "end": 1},
     ]
-    assert "words" not in verbose_json_body(
-        Transcription("", None, 0.0), words=False, temperature=0.2
-    )
+    assert "words" not in verbose_json_body(Transcript("", None, 0.0), words=False, temperature=0.2)
 
 
 def test_engine_scores_are_passed_through() -> None:
     seg = Segment(0, 1, "hi", avg_logprob=-0.25, no_speech_prob=0.01, compression_ratio=1.5)
-    body = verbose_json_body(Transcription("hi", "en", 1.0, [seg]), words=False, temperature=0.0)
+    body = verbose_json_body(Transcript("hi", "en", 1.0, [seg]), words=False, temperature=0.0)
     out = body["segments"][0]
     assert (out["avg_logprob"], out["no_speech_prob"], out["compression_ratio"]) == (
         -0.25,
@@ -109,14 +106,14 @@ def test_compression_ratio_is_whisper_s() -> None:
 
 
 def test_language_names_json_is_the_seed_s_verbose_is_openai_s() -> None:
-    result = Transcription("你好", "zh", 1.0)
+    result = Transcript("你好", "zh", 1.0)
     assert check_transcription(json_body(result)).language == "Chinese"  # type: ignore[attr-defined]
     verbose = verbose_json_body(result, words=False, temperature=None)
     assert check_transcription(verbose, "verbose_json").language == "chinese"
 
 
 def test_unknown_language_is_a_string_in_verbose_json() -> None:
-    nothing = Transcription("", None, 1.0)
+    nothing = Transcript("", None, 1.0)
     assert json_body(nothing)["language"] is None
     verbose = verbose_json_body(nothing, words=False, temperature=None)
     assert check_transcription(verbose, "verbose_json").language == "unknown"

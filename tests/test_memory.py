@@ -10,11 +10,12 @@ import numpy as np
 
 from qwen3_asr_server.audio import Audio
 from qwen3_asr_server.config import Settings
-from qwen3_asr_server.engines.base import Segment, TranscribeRequest, TranscribeResult
+from qwen3_asr_server.engines.base import TranscribeRequest, TranscribeResult
 from qwen3_asr_server.lifecycle import ModelManager
 from qwen3_asr_server.scheduler import PriorityScheduler
 from qwen3_asr_server.segmentation import Segmenter
-from qwen3_asr_server.service import Options, TranscriptionService
+from qwen3_asr_server.service import Options, Transcriber
+from qwen3_asr_server.transcript import Segment
 
 
 class EchoEngine:
@@ -47,7 +48,7 @@ async def test_one_hour_is_streamed_in_views_with_bounded_extra_memory() -> None
     scheduler = PriorityScheduler(max_queue=4)
     scheduler.start()
     manager = ModelManager(EchoEngine(), idle_timeout=0)  # type: ignore[arg-type]
-    service = TranscriptionService(settings, manager, scheduler, Segmenter(30, vad=None))
+    service = Transcriber(settings, manager, scheduler, Segmenter(30, vad=None))
     tracemalloc.start()
     try:
         count = 0

@@ -13,7 +13,7 @@ import pytest
 
 from audio_files import encode
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.engines.qwen import token_budget
+from qwen3_asr_server.engines.qwen_guard import token_budget
 from server import live_server
 
 

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 import speech
 from proc import ServerProcess
 from qwen3_asr_server.config import Settings
-from qwen3_asr_server.engines.base import Segment, Word
 from qwen3_asr_server.subtitles import build_cues, cue_rules
+from qwen3_asr_server.transcript import Segment, Word
 
 # The seed's documented settings (its README's configuration tables and .env.example), with
 # its example values. MODEL_ID is the bundled model here: the seed's 1.7B is not on disk.

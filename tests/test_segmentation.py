@@ -9,7 +9,8 @@ import pytest
 import soundfile as sf
 
 import speech
-from qwen3_asr_server.segmentation import Segmenter, quietest_point
+from qwen3_asr_server.pcm import quietest_point
+from qwen3_asr_server.segmentation import Segmenter
 from qwen3_asr_server.vad import SileroModel
 
 RATE = 16000

@@ -9,6 +9,14 @@ from typing import Any
 import numpy as np
 
 from qwen3_asr_server.streaming.agreement import Draft, LocalAgreement
+from qwen3_asr_server.streaming.events import (
+    Committed,
+    Final,
+    Partial,
+    SpeechStarted,
+    SpeechStopped,
+    StreamEvent,
+)
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
 from qwen3_asr_server.vad import FRAME, SileroModel
 from streaming_client import load
@@ -33,10 +41,10 @@ class Transcriber:
         return f"text of {len(samples) / 16000:.2f} s"
 
 
-async def run(audio: np.ndarray, transcriber: Transcriber, **config: Any) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
+async def run(audio: np.ndarray, transcriber: Transcriber, **config: Any) -> list[StreamEvent]:
+    events: list[StreamEvent] = []
 
-    async def emit(event: dict[str, Any]) -> None:
+    async def emit(event: StreamEvent) -> None:
         events.append(event)
 
     session = StreamSession(StreamConfig(**config), transcriber, emit, SileroModel())
@@ -65,26 +73,34 @@ async def test_end_of_speech_final_reuses_the_early_transcription() -> None:
     transcriber = Transcriber()
     audio = np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)])
     events = await run(audio, transcriber)
-    kinds = [e["type"] for e in events]
-    assert kinds.count("final") == 1 and "speech_started" in kinds and "speech_stopped" in kinds
-    final = next(e for e in events if e["type"] == "final")
-    assert final["reason"] == "silence"
+    kinds = [type(e) for e in events]
+    assert kinds.count(Final) == 1 and SpeechStarted in kinds and SpeechStopped in kinds
+    final = finals_of(events)[0]
+    assert final.reason == "silence"
     # the final's text is the early call's: no second transcription of the utterance
-    assert final["text"] == f"text of {final['duration']:.2f} s"
-    assert transcriber.calls.count(final["duration"]) == 1
-    partials = [e for e in events if e["type"] == "partial"]
-    assert partials and all(p["utterance"] == final["utterance"] for p in partials)
+    assert final.text == f"text of {final.duration:.2f} s"
+    assert transcriber.calls.count(final.duration) == 1
+    partials = partials_of(events)
+    assert partials and all(p.utterance == final.utterance for p in partials)
 
 
 async def test_max_length_cuts_a_final_without_losing_audio() -> None:
     transcriber = Transcriber()
     audio = load("long_2min.wav")[: 16000 * 14]
     events = await run(audio, transcriber, use_vad=False, max_utterance_s=5.0)
-    finals = [e for e in events if e["type"] == "final"]
-    assert [f["reason"] for f in finals[:-1]] == ["max_length"] * (len(finals) - 1)
-    assert all(f["duration"] <= 5.0 for f in finals[:-1])
-    total = sum(f["duration"] for f in finals)  # the client's audio: no flush padding
+    finals = finals_of(events)
+    assert [f.reason for f in finals[:-1]] == ["max_length"] * (len(finals) - 1)
+    assert all(f.duration <= 5.0 for f in finals[:-1])
+    total = sum(f.duration for f in finals)  # the client's audio: no flush padding
     assert abs(total - 14.0) < 0.05
+
+
+def finals_of(events: list[StreamEvent]) -> list[Final]:
+    return [e for e in events if isinstance(e, Final)]
+
+
+def partials_of(events: list[StreamEvent]) -> list[Partial]:
+    return [e for e in events if isinstance(e, Partial)]
 
 
 class Cancellable(Transcriber):
@@ -106,8 +122,8 @@ class Cancellable(Transcriber):
         return text
 
 
-def session_with(transcriber: Any, events: list[dict[str, Any]], **config: Any) -> StreamSession:
-    async def emit(event: dict[str, Any]) -> None:
+def session_with(transcriber: Any, events: list[StreamEvent], **config: Any) -> StreamSession:
+    async def emit(event: StreamEvent) -> None:
         events.append(event)
 
     return StreamSession(StreamConfig(**config), transcriber, emit, SileroModel())
@@ -115,7 +131,7 @@ def session_with(transcriber: Any, events: list[dict[str, Any]], **config: Any) 
 
 async def test_flush_cancels_the_early_final_instead_of_orphaning_it() -> None:
     transcriber = Cancellable(delay=0.5)
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(transcriber, events, end_silence_ms=3000)
     await session.feed(load("sentence_02.wav"))
     for _ in range(30):  # silence until the early final starts
@@ -132,8 +148,8 @@ async def test_flush_cancels_the_early_final_instead_of_orphaning_it() -> None:
     assert orphans == []  # the early transcription was cancelled, not left running
     await asyncio.sleep(0.6)  # an orphaned early transcription would have finished by now
     assert early_length not in transcriber.finished  # the stale transcription never ran on
-    finals = [e for e in events if e["type"] == "final"]
-    assert len(finals) == 1 and finals[0]["reason"] == "flush"
+    finals = finals_of(events)
+    assert len(finals) == 1 and finals[0].reason == "flush"
 
 
 class Fixed(Transcriber):
@@ -146,31 +162,31 @@ async def test_max_length_cut_starts_the_next_utterance_with_no_stable_text() ->
     events = await run(
         load("long_2min.wav")[: 16000 * 9], Fixed(), use_vad=False, max_utterance_s=5.0
     )
-    partials = [e for e in events if e["type"] == "partial"]
-    second = [p for p in partials if p["utterance"] == 2]
-    assert any(p["stable_text"] for p in partials if p["utterance"] == 1)
+    partials = partials_of(events)
+    second = [p for p in partials if p.utterance == 2]
+    assert any(p.stable_text for p in partials if p.utterance == 1)
     assert second, "the second utterance had partials"
-    assert second[0]["stable_text"] == ""  # one hypothesis agrees with nothing yet
+    assert second[0].stable_text == ""  # one hypothesis agrees with nothing yet
 
 
 async def test_event_times_are_right_when_one_message_holds_many_frames() -> None:
     speech = load("sentence_02.wav")
     audio = np.concatenate([np.zeros(32000, np.float32), speech, np.zeros(16000, np.float32)])
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(Transcriber(), events, prefix_padding_ms=300)
     await session.feed(audio)  # one message: every frame of it at once
     await session.close("test")
-    started = next(e for e in events if e["type"] == "speech_started")
-    stopped = next(e for e in events if e["type"] == "speech_stopped")
+    started = next(e for e in events if isinstance(e, SpeechStarted))
+    stopped = next(e for e in events if isinstance(e, SpeechStopped))
     # Speech begins at 2000 ms; the utterance starts up to 300 ms of padding earlier.
-    assert 1600 <= started["at_ms"] <= 2200
+    assert 1600 <= started.at_ms <= 2200
     end_of_speech = (32000 + len(speech)) * 1000 // 16000
-    assert end_of_speech - 1000 <= stopped["at_ms"] <= end_of_speech + 800
+    assert end_of_speech - 1000 <= stopped.at_ms <= end_of_speech + 800
 
 
 async def test_audio_waiting_for_finals_is_bounded_by_back_pressure() -> None:
     transcriber = Transcriber(delay=0.3)
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(
         transcriber, events, use_vad=False, max_utterance_s=5.0, max_pending_s=6.0
     )
@@ -181,13 +197,13 @@ async def test_audio_waiting_for_finals_is_bounded_by_back_pressure() -> None:
         most = max(most, session.pending_seconds)
     await session.close("test")
     assert most <= 6.0 + 5.0  # the bound, plus one utterance committed past it
-    finals = [e for e in events if e["type"] == "final"]
-    total = sum(f["duration"] for f in finals)  # nothing lost (the client's audio only)
+    finals = finals_of(events)
+    total = sum(f.duration for f in finals)  # nothing lost (the client's audio only)
     assert abs(total - 40.0) < 0.05
 
 
 async def test_vad_of_a_big_message_does_not_stall_the_event_loop() -> None:
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(Transcriber(), events)
     audio = load("long_2min.wav")[: 16000 * 33]  # ~1 MiB of PCM in one message
     await session.feed(np.zeros(512, np.float32))  # the ONNX session is loaded
@@ -213,7 +229,7 @@ async def test_vad_of_a_big_message_does_not_stall_the_event_loop() -> None:
 
 async def test_clear_cancels_the_early_final_of_the_cleared_audio() -> None:
     transcriber = Cancellable(delay=0.5)
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(transcriber, events, end_silence_ms=3000)
     await session.feed(load("sentence_02.wav"))
     for _ in range(30):
@@ -228,7 +244,7 @@ async def test_clear_cancels_the_early_final_of_the_cleared_audio() -> None:
     await asyncio.sleep(0.6)
     assert early_length in transcriber.cancelled
     await session.close("test")
-    assert [e for e in events if e["type"] == "final"] == []
+    assert finals_of(events) == []
 
 
 class Words(Transcriber):
@@ -245,7 +261,7 @@ async def test_the_first_partial_comes_after_0_3_s_of_speech() -> None:
     transcriber = Transcriber()
     audio = np.concatenate([load("three_sentences.wav")])
     events = await run(audio, transcriber, partial_interval_s=2.0)
-    assert any(e["type"] == "partial" for e in events)
+    assert partials_of(events)
     first, second = transcriber.calls[:2]
     assert first < 1.0, first
     assert second - first > 1.5, (first, second)
@@ -254,13 +270,13 @@ async def test_the_first_partial_comes_after_0_3_s_of_speech() -> None:
 async def test_partials_hold_back_their_last_word() -> None:
     transcriber = Words()
     events = await run(load("sentence_02.wav"), transcriber)
-    partials = [e for e in events if e["type"] == "partial"]
-    assert partials[0]["text"] == "one two three"
+    partials = partials_of(events)
+    assert partials[0].text == "one two three"
     # until all four words are stable, the last one is held back
-    assert all(p["text"] in ("one two three", p["stable_text"]) for p in partials)
-    assert all(p["text"].startswith(p["stable_text"]) for p in partials)
-    final = next(e for e in events if e["type"] == "final")
-    assert final["text"] == "one two three four"  # the final has every word
+    assert all(p.text in ("one two three", p.stable_text) for p in partials)
+    assert all(p.text.startswith(p.stable_text) for p in partials)
+    final = finals_of(events)[0]
+    assert final.text == "one two three four"  # the final has every word
 
 
 def test_held_back_keeps_one_word_and_the_stable_text() -> None:
@@ -287,11 +303,11 @@ class Drafts(Transcriber):
 
 async def test_after_the_first_partial_only_confident_words_are_shown() -> None:
     events = await run(load("sentence_02.wav"), Drafts())
-    partials = [e["text"] for e in events if e["type"] == "partial"]
+    partials = [p.text for p in partials_of(events)]
     # The first shows the whole draft (early), later ones stop before the unsure word, and
     # a partial that would repeat the last one is not sent.
     assert partials == ["one two three", "one"]
-    assert [e["text"] for e in events if e["type"] == "final"] == ["one two three four"]
+    assert [f.text for f in finals_of(events)] == ["one two three four"]
 
 
 def test_a_draft_stops_at_an_unsure_word_and_at_a_restart() -> None:
@@ -321,16 +337,16 @@ class Settling(Transcriber):
 
 async def test_a_partial_whose_stable_text_grew_is_sent() -> None:
     events = await run(load("sentence_02.wav"), Settling())
-    partials = [(e["text"], e["stable_text"]) for e in events if e["type"] == "partial"]
+    partials = [(p.text, p.stable_text) for p in partials_of(events)]
     assert partials[:2] == [("one two", ""), ("one two", "one two")], partials
 
 
 async def test_the_final_starts_as_the_silence_begins() -> None:
     """The final's transcription starts within two VAD frames (64 ms) of silence, so it is
     done by the time the silence that ends the utterance (500 ms) is."""
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
 
-    async def emit(event: dict[str, Any]) -> None:
+    async def emit(event: StreamEvent) -> None:
         events.append(event)
 
     session = StreamSession(StreamConfig(), Transcriber(), emit, SileroModel())
@@ -339,10 +355,10 @@ async def test_the_final_starts_as_the_silence_begins() -> None:
     for i in range(0, len(audio), FRAME):
         await session.feed(audio[i : i + FRAME])
         if session._early is not None and not started_after:
-            started_after.append(session._silence)
+            started_after.append(session.turns.silence)
     await session.close("test")
     assert started_after and started_after[0] <= 2 * FRAME
-    assert [e["reason"] for e in events if e["type"] == "final"] == ["silence"]
+    assert [f.reason for f in finals_of(events)] == ["silence"]
 
 
 def test_stable_text_only_grows() -> None:
@@ -375,14 +391,14 @@ def test_stable_text_only_grows() -> None:
 async def test_a_final_counts_the_clients_audio_not_the_padding() -> None:
     """Realtime's usage.seconds comes from `duration`: 3.84 s of audio is 3.84 s, not 4.44 s
     with the commit's silence padding (nor the last frame's zero fill)."""
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     session = session_with(Transcriber(), events, use_vad=False)
     await session.feed(load("long_2min.wav")[: int(16000 * 3.84) + 100])
     await session.flush("commit")
     await session.close("test")
-    finals = [e for e in events if e["type"] == "final"]
+    finals = finals_of(events)
     assert len(finals) == 1
-    assert finals[0]["duration"] == (int(16000 * 3.84) + 100) / 16000
+    assert finals[0].duration == (int(16000 * 3.84) + 100) / 16000
 
 
 class Gated(Transcriber):
@@ -405,25 +421,25 @@ async def test_a_flush_while_a_final_is_pending_is_answered_by_that_final() -> N
     """Voice detection closed the utterance and its final is still running: the flush is
     answered by that final, in order (sent even though empty), not by an empty final ahead
     of it."""
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     transcriber = Gated()
     session = session_with(transcriber, events)
     await session.feed(np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)]))
     await asyncio.wait_for(transcriber.final_started.wait(), 30)
-    assert [e["type"] for e in events if e["type"] == "committed"] == ["committed"]
+    assert [type(e) for e in events if isinstance(e, Committed)] == [Committed]
     assert await session.flush() is None  # nothing buffered any more
     assert session.answer_pending("flush")
     transcriber.gate.set()
     await session.close("test")
-    finals = [e for e in events if e["type"] == "final"]
-    assert [(f["text"], f["answers"]) for f in finals] == [("", ["flush"])]
+    finals = finals_of(events)
+    assert [(f.text, f.answers) for f in finals] == [("", ("flush",))]
     assert not session.answer_pending("flush")  # no final pending now: nothing to answer
 
 
 async def test_finals_after_the_client_left_are_marked_background() -> None:
     """Finals of a client that has left run at upload priority: the transcriber sees
     `client_gone` for the final of the utterance that was open at the disconnect."""
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     gone_at_call: list[bool] = []
 
     class Watching(Transcriber):
@@ -447,13 +463,13 @@ async def test_a_client_faster_than_its_finals_has_one_final_in_flight() -> None
     """Early finals start only at the live edge: a client that sends many utterances faster
     than real time gets its finals one at a time, in order (they were all queued at once,
     at real-time priority, and stayed so after the client left)."""
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     transcriber = Transcriber(delay=0.3)
     session = session_with(transcriber, events)
     gap = np.zeros(16000, np.float32)
     audio = np.concatenate([load("sentence_01.wav"), gap, load("sentence_02.wav"), gap] * 2)
     await session.feed(audio)  # all at once
     await session.close("test")
-    finals = [e for e in events if e["type"] == "final"]
+    finals = finals_of(events)
     assert len(finals) == 4
     assert transcriber.max_in_flight == 1

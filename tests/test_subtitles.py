@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from qwen3_asr_server.engines.base import Segment, Word
 from qwen3_asr_server.subtitles import CueRules, build_cues, display_width, wrap
+from qwen3_asr_server.transcript import Segment, Word
 
 
 def timed(text: str, start: float = 0.0, step: float = 0.4, gaps: dict[int, float] | None = None):

@@ -17,7 +17,8 @@ from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import ModelLoadError, create_engine, detect_engine
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.whisper import WhisperEngine, resolve_model_path, tail_start
+from qwen3_asr_server.engines.whisper import WhisperEngine, resolve_model_path
+from qwen3_asr_server.engines.whisper_batch import tail_start
 from server import LiveServer, live_server
 from wer import normalize, wer
 

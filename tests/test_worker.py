@@ -225,6 +225,9 @@ def test_dual_model_workers_count_their_restarts_in_metrics() -> None:
         pid = state["worker"]["pid"]
         assert pid and state["fast_model"]["worker"]["pid"] not in (None, pid)
         os.kill(pid, signal.SIGKILL)
+        # the death is noticed when it happens; a request sent before that would meet the
+        # dying child (503 worker_exited, retryable), so wait for it, not for a guess
+        assert wait_for(lambda: health(proc)["worker"]["state"] == "exited")
         data = speech.path("sentence_01.wav").read_bytes()
         response = post(proc, data)
         assert response.status_code == 200, response.text  # a fresh worker for it

@@ -69,7 +69,7 @@ def test_a_fast_sender_is_held_back_to_the_pending_bound() -> None:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and srv.ctx.sessions._sessions:
                 session = next(iter(srv.ctx.sessions._sessions))
-                if finals and session.pending_seconds == 0 and session._utt is None:
+                if finals and session.pending_seconds == 0 and session.turns.utterance is None:
                     break
                 try:
                     message = json.loads(ws.recv(timeout=5))

@@ -253,6 +253,91 @@ def test_realtime_a_bad_update_changes_nothing(server: LiveServer) -> None:
         assert audio_in["format"]["rate"] == 24000
 
 
+SERVER_VAD = {"type": "server_vad", "threshold": 0.7, "prefix_padding_ms": 300}
+
+
+@pytest.fixture(scope="module")
+def vad_server() -> Iterator[LiveServer]:
+    """A server whose streaming VAD is not the default one."""
+    settings = whisper_settings(ws_vad_threshold=0.7, ws_end_silence_ms=800)
+    with live_server(create_app(settings)) as srv:
+        yield srv
+
+
+def open_sessions(server: LiveServer) -> list[Any]:
+    return list(server.app.state.ctx.sessions._sessions)
+
+
+def test_realtime_session_created_reports_the_vad_the_session_uses(
+    vad_server: LiveServer,
+) -> None:
+    """session.created described a VAD of 0.5/500 ms whatever WS_VAD_THRESHOLD and
+    WS_END_SILENCE_MS said (the session itself ran with the settings)."""
+    url = vad_server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    with connect(url, open_timeout=30) as ws:
+        created = next_event(ws)
+        assert created["type"] == "session.created"
+        turn = created["session"]["audio"]["input"]["turn_detection"]
+        assert turn == SERVER_VAD | {"silence_duration_ms": 800}
+        [session] = open_sessions(vad_server)
+        config = session.config
+        assert (config.vad_threshold, config.end_silence_ms, config.prefix_padding_ms) == (
+            0.7,
+            800,
+            300,
+        )
+
+
+def described(updated: dict[str, Any], shape: str) -> tuple[str | None, Any]:
+    """The language and turn detection a session.updated (GA or beta) describes."""
+    assert (
+        updated["type"] == {"ga": "session.updated", "beta": "transcription_session.updated"}[shape]
+    ), updated
+    if shape == "ga":
+        audio_in = updated["session"]["audio"]["input"]
+        return audio_in["transcription"]["language"], audio_in["turn_detection"]
+    beta = updated["session"]
+    return beta["input_audio_transcription"]["language"], beta["turn_detection"]
+
+
+def update(shape: str, language: str | None = None, turn: Any = None) -> str:
+    if shape == "ga":
+        fields: dict[str, Any] = {}
+        if language is not None:
+            fields["transcription"] = {"language": language}
+        if turn is not None:
+            fields["turn_detection"] = turn
+        return json.dumps(ga_update(**fields))
+    session: dict[str, Any] = {}
+    if language is not None:
+        session["input_audio_transcription"] = {"language": language}
+    if turn is not None:
+        session["turn_detection"] = turn
+    return json.dumps({"type": "transcription_session.update", "session": session})
+
+
+@pytest.mark.parametrize("shape", ["ga", "beta"])
+def test_realtime_a_language_update_keeps_the_vad(vad_server: LiveServer, shape: str) -> None:
+    """An update changes only what it sends: one with only the language reset the VAD
+    (threshold, silence, prefix padding) to 0.5/500/300, in the session and its description."""
+    url = vad_server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    vad = SERVER_VAD | {"silence_duration_ms": 800, "prefix_padding_ms": 100}
+    with connect(url, open_timeout=30) as ws:
+        assert next_event(ws)["type"] == "session.created"
+        ws.send(update(shape, turn={"type": "server_vad", "prefix_padding_ms": 100}))
+        assert described(next_event(ws), shape) == (None, vad)
+        ws.send(update(shape, language="en"))
+        assert described(next_event(ws), shape) == ("en", vad)
+        [session] = open_sessions(vad_server)  # the update was applied before it was answered
+        config = session.config
+        assert (config.language, config.use_vad) == ("en", True)
+        assert (config.vad_threshold, config.end_silence_ms, config.prefix_padding_ms) == (
+            0.7,
+            800,
+            100,
+        )
+
+
 def test_realtime_with_the_sdk_bad_events_then_a_transcript(server: LiveServer) -> None:
     """The openai SDK as the client: bad events are answered with ErrorEvents, and the same
     connection then transcribes speech."""

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -33,14 +34,14 @@ from .api.openapi import install_openapi
 from .api.ui import install_ui
 from .budget import AudioBudget
 from .config import Settings
-from .engines import Engine, backend_status, create_engine
+from .engines import Engine, create_engine
 from .errors import APIError, install_error_handlers
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .metrics import Metrics
 from .scheduler import PriorityScheduler
 from .segmentation import Segmenter
-from .service import TranscriptionService
+from .service import Transcriber
 from .streaming.registry import SessionRegistry
 from .translate import Translator
 from .vad import SileroModel
@@ -64,7 +65,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             max_batch=settings.max_batch_size,
             on_start=metrics.observe_job,
             # remote backends (also DUAL_MODEL's main engine): their total capacity
-            workers=getattr(chosen, "slots", 1),
+            workers=chosen.capacity,
         )
         scheduler.start()
         manager = ModelManager(
@@ -80,7 +81,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             settings=settings,
             manager=manager,
             scheduler=scheduler,
-            transcriber=TranscriptionService(
+            transcriber=Transcriber(
                 settings,
                 manager,
                 scheduler,
@@ -95,8 +96,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             started_at=time.monotonic(),
             started_wall=time.time(),
         )
-        metrics.watch(
-            lambda: {
+
+        def state() -> dict[str, Any]:
+            status = chosen.status()
+            return {
                 "model_loaded": manager.loaded,
                 "load_seconds": manager.last_load_seconds,
                 "queue_depth": scheduler.depth,
@@ -106,10 +109,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 "audio_budget_refusals": budget.refused,
                 "loads": manager.loads,
                 "unloads": manager.unloads,
-                "worker_restarts": getattr(chosen, "restarts", 0),
-                "backends": backend_status(chosen),
+                "worker_restarts": status.restarts,
+                "backends": list(status.backends),
             }
-        )
+
+        metrics.watch(state)
         try:
             await manager.start(preload=False)
             if settings.preload:

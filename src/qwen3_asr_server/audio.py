@@ -20,8 +20,8 @@ import soundfile as sf
 import soxr
 
 from .errors import APIError, BadRequestError, InvalidAudioError, TooLargeError
+from .pcm import SAMPLE_RATE
 
-SAMPLE_RATE = 16000
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
 PCM_SUFFIXES = (".pcm", ".raw", ".s16le")
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import threading
 
 from .errors import ServiceUnavailableError, TooLargeError
+from .pcm import SAMPLE_RATE
 
 RETRY_AFTER_S = 10  # long files hold the budget for a while; a tight retry loop helps nobody
-BYTES_PER_SECOND = 16000 * 4  # float32 at 16 kHz
+BYTES_PER_SECOND = SAMPLE_RATE * 4  # float32
 
 
 class AudioBudget:

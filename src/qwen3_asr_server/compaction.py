@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from .pcm import SAMPLE_RATE
+
 HOP = 160  # 10 ms energy frames
 SMOOTH = 5  # frames: a 50 ms moving average, so one quiet frame inside a word is not a pause
 QUIET = 0.01  # of the loud (95th percentile) frames' RMS: about -40 dB

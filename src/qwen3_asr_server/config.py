@@ -12,31 +12,10 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .seed_compat import apply_seed_settings, log_level
+
 DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
 DEFAULT_CUDA_MODEL = "Qwen/Qwen3-ASR-1.7B"
-BYTES_PER_SECOND = 32000  # 16 kHz 16-bit mono PCM, the seed's WS_BUFFER_SIZE unit
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
-LOG_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the seed's (stdlib) aliases
-# The seed's acceleration switches: refused when set to anything but their default.
-REFUSED = {
-    "use_speculative": "speculative decoding was not shown to help Qwen3-ASR here; for "
-    "throughput use ENGINE=remote with vLLM backends (docs/SCALING.md)",
-    "use_cuda_graphs": "CUDA graphs were not shown to help with variable-length audio; "
-    "vLLM backends (ENGINE=remote) use them (docs/SCALING.md)",
-    "onnx_encoder_path": "an ONNX encoder is not supported; the encoder runs in PyTorch, or "
-    "in vLLM with ENGINE=remote",
-    "trt_encoder_path": "a TensorRT encoder is not supported; use vLLM backends "
-    "(ENGINE=remote) for GPU throughput",
-    "numa_node": "NUMA pinning is left to the host: run the process under `numactl "
-    "--cpunodebind=N --membind=N`",
-    "use_granian": "the server runs on uvicorn only (its WebSocket and shutdown handling "
-    "are what the tests prove)",
-    "use_vllm": "superseded: run vLLM as its own server and set ENGINE=remote with "
-    "REMOTE_BACKENDS (docs/SCALING.md)",
-    "use_causal_encoder": "it was experimental in the seed and changes what the model "
-    "computes; not shown to keep accuracy",
-}
-SEED_TRANSLATE_MODEL = "gemma3:12b"
 
 
 def env_value(value: Any) -> str:
@@ -314,55 +293,12 @@ class Settings(BaseSettings):
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
-        level = LOG_LEVEL_NAMES.get(value.strip().upper(), value.strip().upper())
-        if level not in LOG_LEVELS:
-            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (or WARN, FATAL)")
-        return level
+        return log_level(value)
 
     @model_validator(mode="after")
     def _seed_names(self) -> Settings:
-        """The seed's names for settings we have under our own (ours win), and the seed's
-        settings that are refused. What was overridden or has no effect goes to `notes`."""
-        notes = self._notes
-        for seed, ours in (
-            ("openai_base_url", "translate_base_url"),
-            ("openai_api_key", "translate_api_key"),
-        ):
-            if getattr(self, seed) is None:
-                continue
-            if getattr(self, ours) is None:
-                setattr(self, ours, getattr(self, seed))
-            elif getattr(self, ours) != getattr(self, seed):
-                notes.append(f"{seed.upper()} is ignored: {ours.upper()} is set and wins")
-        if self.openai_base_url is not None and self.translate_model is None:
-            self.translate_model = SEED_TRANSLATE_MODEL
-            notes.append(
-                f"TRANSLATE_MODEL unset: the seed's default {SEED_TRANSLATE_MODEL} is used"
-            )
-        if self.ws_buffer_size is not None:
-            if "ws_partial_interval" in self.model_fields_set:
-                notes.append("WS_BUFFER_SIZE is ignored: WS_PARTIAL_INTERVAL is set and wins")
-            else:
-                self.ws_partial_interval = max(0.1, self.ws_buffer_size / BYTES_PER_SECOND)
-        if self.sse_overlap_seconds:
-            notes.append("SSE_OVERLAP_SECONDS has no effect: segments are cut at pauses")
-        if self.ws_overlap_size:
-            notes.append("WS_OVERLAP_SIZE has no effect: partials re-decode the utterance")
-        if self.worker_host is not None or self.worker_port is not None:
-            notes.append("WORKER_HOST/WORKER_PORT have no effect: the worker talks over a pipe")
-        if self.quantize == "fp8":
-            raise ValueError(
-                "QUANTIZE=fp8 is not available: it needs a CUDA GPU of compute capability "
-                "8.9+ with torchao, not built or tested here; use DTYPE=bfloat16"
-            )
-        if self.quantize == "int8" and self.device == "cuda":
-            raise ValueError(
-                "QUANTIZE=int8 is implemented on CPU only (the seed's bitsandbytes GPU path is "
-                "not offered); on CUDA use DTYPE=bfloat16"
-            )
-        for name, reason in REFUSED.items():
-            if getattr(self, name) not in (None, False, 0):  # the seed's defaults pass
-                raise ValueError(f"{name.upper()} is not offered: {reason}")
+        """The seed's names (ours win) and refusals; what has no effect goes to `notes`."""
+        apply_seed_settings(self, self._notes)
         return self
 
     def notes(self) -> list[str]:

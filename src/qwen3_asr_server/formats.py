@@ -6,9 +6,8 @@ import math
 import zlib
 from typing import Any
 
-from .engines.base import Segment
-from .service import Transcription
 from .text import language_name
+from .transcript import Segment, Transcript
 
 # verbose_json's `language` is a required string in OpenAI's schema; this is what it says
 # when no language was detected (e.g. an upload of silence with language=auto).
@@ -32,7 +31,7 @@ def compression_ratio(text: str) -> float:
     return round(len(data) / len(zlib.compress(data)), 3) if data else 0.0
 
 
-def json_body(result: Transcription) -> dict[str, Any]:
+def json_body(result: Transcript) -> dict[str, Any]:
     """OpenAI's json body plus the seed's `language` (capitalised name) and `duration`."""
     return {
         "text": result.text,
@@ -64,7 +63,7 @@ def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
 
 
 def verbose_json_body(
-    result: Transcription, *, words: bool, temperature: float | None, task: str = "transcribe"
+    result: Transcript, *, words: bool, temperature: float | None, task: str = "transcribe"
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "task": task,

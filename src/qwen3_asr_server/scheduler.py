@@ -13,79 +13,20 @@ error (the seed's queue died exactly there, see DESIGN.md §4).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from loguru import logger
 
 from .errors import QueueFullError, RequestTimeoutError, ServiceUnavailableError
+from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, deliver
 
+__all__ = ["BATCH", "PARTIAL", "REALTIME", "Admission", "BatchSpec", "PriorityScheduler"]
 T = TypeVar("T")
-
-REALTIME = 0  # streaming finals
-PARTIAL = 1  # streaming partials
-BATCH = 2  # uploads
-
-
-@dataclass(order=True)
-class _Job(Generic[T]):
-    priority: int
-    seq: int
-    fn: Callable[[], T] = field(compare=False)
-    future: asyncio.Future[T] = field(compare=False)
-    loop: asyncio.AbstractEventLoop = field(compare=False)
-    # The caller's context (request id for the logs) travels with the job to the thread.
-    context: contextvars.Context = field(default_factory=contextvars.copy_context, compare=False)
-    batch: BatchSpec | None = field(default=None, compare=False)
-    queued_at: float = field(default_factory=time.monotonic, compare=False)
-    state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
-
-
-@dataclass(frozen=True)
-class BatchSpec:
-    """Lets the worker run this job together with other waiting jobs of the same `key` and
-    priority: `run_many(items)` returns one result per item, in order."""
-
-    key: Hashable
-    item: Any
-    run_many: Callable[[list[Any]], list[Any]]
-
-
-class Admission:
-    """Admitted work counted by admission until its first job is queued (`arrived()`) or it
-    ends (`release()`); either, any number of times, counts once."""
-
-    def __init__(self, scheduler: PriorityScheduler) -> None:
-        self._scheduler: PriorityScheduler | None = scheduler
-
-    def arrived(self) -> None:
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler._arrived()
-
-    release = arrived
-
-
-# The admission of the work the current task is doing (set by `admit()`).
-_ADMISSION: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
-    "admission", default=None
-)
-
-
-def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    """Runs on the event loop. The caller may have gone: then there is nobody to tell."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 class PriorityScheduler:
@@ -110,7 +51,7 @@ class PriorityScheduler:
         self._on_start = on_start  # (priority, seconds waited, jobs in the call): metrics
         self._local = threading.local()  # the group of jobs running on this worker thread
         self._name = name
-        self._heap: list[_Job[Any]] = []
+        self._heap: list[Job[Any]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._running = 0
@@ -142,7 +83,7 @@ class PriorityScheduler:
         for job in pending:
             job.state = "cancelled"
             err = ServiceUnavailableError("The server is shutting down.", code="shutting_down")
-            job.loop.call_soon_threadsafe(_deliver, job.future, None, err)
+            job.loop.call_soon_threadsafe(deliver, job.future, None, err)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -181,8 +122,8 @@ class PriorityScheduler:
             if len(self._heap) + self._arriving >= self.max_queue:
                 raise QueueFullError()
             self._arriving += 1
-        admission = Admission(self)
-        _ADMISSION.set(admission)
+        admission = Admission(self._arrived)
+        ADMISSION.set(admission)
         return admission
 
     def _arrived(self) -> None:
@@ -197,7 +138,7 @@ class PriorityScheduler:
         """On the worker thread, inside a job: every caller of the running job (or batch)
         has gone or timed out, so its result would be dropped. Engines poll this to end a
         generation early."""
-        group: list[_Job[Any]] = getattr(self._local, "group", [])
+        group: list[Job[Any]] = getattr(self._local, "group", [])
         return bool(group) and all(job.state == "cancelled" for job in group)
 
     # -- submit ------------------------------------------------------------------------
@@ -222,7 +163,7 @@ class PriorityScheduler:
         task cancels the job.
         """
         loop = asyncio.get_running_loop()
-        job: _Job[T] = _Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
+        job: Job[T] = Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
             if self._stopping or not self._threads:
                 raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
@@ -235,7 +176,7 @@ class PriorityScheduler:
             heapq.heappush(self._heap, job)
             self._cond.notify()
         if admitted:
-            admission = _ADMISSION.get()
+            admission = ADMISSION.get()
             if admission is not None:
                 admission.arrived()  # its job is in the heap now: counted there
         try:
@@ -253,7 +194,7 @@ class PriorityScheduler:
         """Waiting jobs of this priority or a more urgent one (lock held)."""
         return sum(1 for job in self._heap if job.priority <= priority)
 
-    def _cancel(self, job: _Job[Any]) -> None:
+    def _cancel(self, job: Job[Any]) -> None:
         with self._cond:
             if job.state == "pending":
                 try:
@@ -295,7 +236,7 @@ class PriorityScheduler:
                 self._running -= len(group)
             del job, group, member  # nor the last one's, while this thread waits for the next
 
-    def _pop(self) -> _Job[Any]:
+    def _pop(self) -> Job[Any]:
         """The next job (lock held): the heap's first, except that a batch job waiting
         longer than `batch_max_wait` goes before partials."""
         first = self._heap[0]
@@ -308,7 +249,7 @@ class PriorityScheduler:
                 return oldest
         return heapq.heappop(self._heap)
 
-    def _partners(self, first: _Job[Any]) -> list[_Job[Any]]:
+    def _partners(self, first: Job[Any]) -> list[Job[Any]]:
         """Waiting jobs that may share an engine call with `first` (lock held)."""
         if first.batch is None or self.max_batch < 2:
             return []
@@ -328,7 +269,7 @@ class PriorityScheduler:
             heapq.heapify(self._heap)
         return same
 
-    def _run_one(self, job: _Job[Any]) -> None:
+    def _run_one(self, job: Job[Any]) -> None:
         try:
             result = job.context.run(job.fn)
         except BaseException as exc:  # the worker must outlive any job
@@ -336,7 +277,7 @@ class PriorityScheduler:
         else:
             self._finish(job, result, None)
 
-    def _run_group(self, group: list[_Job[Any]]) -> None:
+    def _run_group(self, group: list[Job[Any]]) -> None:
         spec = group[0].batch
         assert spec is not None
         try:
@@ -363,7 +304,7 @@ class PriorityScheduler:
         for job, result in zip(group, results, strict=True):
             self._finish(job, result, None)
 
-    def _finish(self, job: _Job[Any], result: Any, error: BaseException | None) -> None:
+    def _finish(self, job: Job[Any], result: Any, error: BaseException | None) -> None:
         if error is None:
             self.completed += 1
         else:
@@ -375,6 +316,6 @@ class PriorityScheduler:
             logger.debug("dropping the result of a cancelled job")
             return
         try:
-            job.loop.call_soon_threadsafe(_deliver, job.future, result, error)
+            job.loop.call_soon_threadsafe(deliver, job.future, result, error)
         except RuntimeError:  # the caller's event loop is closed
             logger.debug("event loop closed before the result could be delivered")

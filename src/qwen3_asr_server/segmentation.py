@@ -12,13 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .pcm import SAMPLE_RATE, quietest_point
 from .vad import FRAME, SileroModel
 
-SAMPLE_RATE = 16000
 SPEECH_THRESHOLD = 0.35
-ENERGY_HOP = 160  # 10 ms
 MIN_PAUSE_S = 0.25  # a pause between sentences or phrases, not a gap inside a word
-ENERGY_SMOOTH = 15  # frames: look for a 150 ms quiet stretch, not one quiet sample
 
 
 @dataclass(frozen=True)
@@ -98,15 +96,3 @@ class Segmenter:
         pauses = [r for r in runs if r[1] * FRAME >= MIN_PAUSE_S * SAMPLE_RATE]
         first, frames = pauses[-1] if pauses else max(runs, key=lambda r: r[1])
         return int((first + frames / 2) * FRAME)
-
-
-def quietest_point(window: np.ndarray) -> int:
-    """Sample offset of the centre of the quietest ~150 ms of `window` (energy fallback)."""
-    hops = len(window) // ENERGY_HOP
-    if hops < ENERGY_SMOOTH:
-        return len(window) // 2
-    frames = window[: hops * ENERGY_HOP].reshape(hops, ENERGY_HOP)
-    energy = np.sqrt(np.mean(frames.astype(np.float64) ** 2, axis=1))
-    smooth = np.convolve(energy, np.ones(ENERGY_SMOOTH) / ENERGY_SMOOTH, mode="valid")
-    best = int(np.argmin(smooth)) + ENERGY_SMOOTH // 2
-    return best * ENERGY_HOP + ENERGY_HOP // 2

@@ -10,22 +10,20 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .audio import SAMPLE_RATE, Audio
-from .compaction import Compacted, Source, compact
+from .audio import Audio
+from .compaction import Source, compact
 from .config import Settings
 from .engines.base import (
-    ALIGNER_MAX_SECONDS,
     BackendUnavailableError,
     Engine,
     EngineBusyError,
     EngineCrashedError,
     ModelLoadError,
-    Segment,
     TranscribeRequest,
     TranscribeResult,
 )
@@ -37,41 +35,15 @@ from .errors import (
     ServiceUnavailableError,
 )
 from .lifecycle import ModelManager
+from .long_form import SegmentResult, merge, plan, shift
 from .metrics import Metrics
+from .pcm import SAMPLE_RATE
 from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import Segmenter, Span
-from .text import collapse_repetitions, join_texts, parse_language
-from .timestamps import ensure_words
+from .text import collapse_repetitions, parse_language
+from .transcript import Transcript
 
 MAX_PROMPT_CHARS = 4000
-# A long file's first segment is cut at a pause within its first 10 s: it runs alone, so the
-# first SSE event comes early, while the segments behind it fill a batch.
-FIRST_SEGMENT_SECONDS = 10.0
-
-
-@dataclass
-class Transcription:
-    text: str
-    language: str | None  # ISO code
-    duration: float
-    segments: list[Segment] = field(default_factory=list)
-    engine_seconds: float = 0.0  # inside the engine, all segments
-    job_seconds: float = 0.0  # queue wait + engine, as the caller saw it
-    word_source: str | None = None  # where word times came from: native|aligner|estimate
-
-
-@dataclass
-class SegmentResult:
-    """One finished segment of a longer file, times relative to the whole file."""
-
-    index: int
-    span: Span
-    text: str
-    language: str | None
-    segments: list[Segment]
-    engine_seconds: float
-    job_seconds: float
-    word_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +57,10 @@ class Options:
     segment_times: bool = True  # False: only the text is answered (json, text)
 
 
-class TranscriptionService:
+class Transcriber:
+    """Audio to text for the routes and the streaming sessions: validates the options, cuts a
+    file at pauses, schedules each segment and merges them (`long_form.py`)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -144,14 +119,10 @@ class TranscriptionService:
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
-            limits = []  # the forced aligner takes at most ALIGNER_MAX_SECONDS per call
-            if options.word_timestamps and engine.word_timestamps == "aligner":
-                limits.append(int(ALIGNER_MAX_SECONDS * SAMPLE_RATE))
-            if options.max_seconds is not None:
-                limits.append(int(options.max_seconds * SAMPLE_RATE))
-            limit = min(limits, default=None)
+            aligner = options.word_timestamps and engine.word_timestamps == "aligner"
+            cuts = plan(total, self.segmenter.max_samples, aligner, options.max_seconds)
+            limit, long_form = cuts.limit, cuts.long_form
             word_source = engine.word_timestamps if options.word_timestamps else ""
-            long_form = total > min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
             keep = self.settings.compact_pauses_ms / 1000
             # the long pauses of a long file are shortened first: fewer windows to decode
             compacted = (
@@ -161,9 +132,7 @@ class TranscriptionService:
             )
             source = Source(audio.samples, compacted)
             total = source.length
-            first = limit
-            if long_form:
-                first = min(limit or total, int(FIRST_SEGMENT_SECONDS * SAMPLE_RATE))
+            first = cuts.first_limit(total)
             # In flight: one per scheduler thread (remote backends share a long file), or a
             # batch queued behind the running segment when the engine decodes each item of a
             # batch as it would alone (a file's text must not depend on timing).
@@ -186,7 +155,15 @@ class TranscriptionService:
                     span, task, submitted = window.popleft()
                     result = await task
                     seconds = time.perf_counter() - submitted
-                    yield self._shift(index, span, result, seconds, options, word_source, compacted)
+                    yield shift(
+                        index,
+                        span,
+                        result,
+                        seconds,
+                        options.word_timestamps,
+                        word_source,
+                        compacted,
+                    )
                     index += 1
             finally:
                 for _, task, _ in window:
@@ -313,7 +290,7 @@ class TranscriptionService:
 
         return run_many
 
-    async def transcribe(self, audio: Audio, options: Options) -> Transcription:
+    async def transcribe(self, audio: Audio, options: Options) -> Transcript:
         parts = [part async for part in self.stream(audio, options)]
         return merge(parts, audio, options.language)
 
@@ -330,85 +307,3 @@ class TranscriptionService:
         except ModelLoadError as exc:
             raise ModelUnavailableError(str(exc)) from exc
         return pos + cut
-
-    @staticmethod
-    def _shift(
-        index: int,
-        span: Span,
-        result: TranscribeResult,
-        job_seconds: float,
-        options: Options,
-        word_source: str,
-        compacted: Compacted | None = None,
-    ) -> SegmentResult:
-        offset = span.start_s
-        segments = []
-        end = span.end_s  # an engine's times may overshoot its audio by a rounding step
-
-        def start_at(t: float) -> float:
-            t = min(t + offset, end)
-            # a start at a shortened pause maps to its far side, so at the span's end (or
-            # at a zero-length word on a pause) it would pass the end; end_at caps it below
-            return compacted.to_original(t) if compacted is not None else t
-
-        def end_at(t: float) -> float:
-            t = min(t + offset, end)
-            return compacted.to_original(t, end=True) if compacted is not None else t
-
-        for s in result.segments:
-            s.end = end_at(s.end)
-            s.start = min(start_at(s.start), s.end)
-            for w in s.words:
-                if compacted is not None:  # a word stays on its side of a shortened pause
-                    a, b = compacted.within_piece(
-                        min(w.start + offset, end), min(w.end + offset, end)
-                    )
-                    w.start, w.end = a - offset, b - offset
-                w.end = end_at(w.end)
-                w.start = min(start_at(w.start), w.end)
-            s.text = collapse_repetitions(s.text)
-            if s.text:
-                segments.append(s)
-        source = None
-        if options.word_timestamps:
-            source = word_source if all(s.words for s in segments) else "estimate"
-            ensure_words(segments)
-        if compacted is not None:
-            span = Span(
-                compacted.original_sample(span.start), compacted.original_sample(span.end, True)
-            )
-        return SegmentResult(
-            index=index,
-            span=span,
-            text=collapse_repetitions(result.text),
-            language=result.language,
-            segments=segments,
-            engine_seconds=result.engine_seconds,
-            job_seconds=job_seconds,
-            word_source=source,
-        )
-
-
-def overall_language(parts: list[SegmentResult], forced: str | None) -> str | None:
-    """The forced language, else the one most segments with text were detected in."""
-    languages = [p.language for p in parts if p.language and p.text]
-    detected = max(set(languages), key=languages.count) if languages else None
-    return forced or detected or (parts[0].language if parts else None)
-
-
-def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Transcription:
-    return Transcription(
-        text=join_texts([p.text for p in parts]),
-        language=overall_language(parts, language),
-        duration=len(audio.samples) / SAMPLE_RATE,
-        segments=[s for p in parts for s in p.segments],
-        engine_seconds=sum(p.engine_seconds for p in parts),
-        job_seconds=sum(p.job_seconds for p in parts),
-        word_source=merged_word_source(parts),
-    )
-
-
-def merged_word_source(parts: list[SegmentResult]) -> str | None:
-    """`estimate` if any segment's words were spread over it, else the engine's source."""
-    sources = {p.word_source for p in parts if p.word_source and p.text}
-    return "estimate" if "estimate" in sources else min(sources, default=None)

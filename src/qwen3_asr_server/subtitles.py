@@ -8,9 +8,9 @@ import unicodedata
 from dataclasses import dataclass
 
 from .config import Settings
-from .engines.base import Segment, Word
 from .text import is_cjk
 from .timestamps import ensure_words
+from .transcript import Segment, Word
 
 SENTENCE_END = tuple(".!?。！？…")
 CLAUSE_END = tuple(",;:，；：、")

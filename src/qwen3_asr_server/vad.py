@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .engines.base import ModelLoadError
+from .pcm import SAMPLE_RATE
 
 FRAME = 512  # samples per VAD frame at 16 kHz (32 ms); the model takes exactly this
 CONTEXT = 64  # samples of the previous frame the model expects in front of each frame
-SAMPLE_RATE = 16000
 VAD_THREADS = 2  # streaming VAD runs here, never on the event loop nor behind decodes
 T = TypeVar("T")
 

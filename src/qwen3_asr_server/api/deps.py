@@ -13,7 +13,7 @@ from ..errors import AuthError
 from ..lifecycle import ModelManager
 from ..metrics import Metrics
 from ..scheduler import PriorityScheduler
-from ..service import TranscriptionService
+from ..service import Transcriber
 from ..streaming.registry import SessionRegistry
 from ..translate import Translator
 from ..vad import SileroModel
@@ -26,7 +26,7 @@ class AppContext:
     settings: Settings
     manager: ModelManager
     scheduler: PriorityScheduler
-    transcriber: TranscriptionService
+    transcriber: Transcriber
     translator: Translator
     vad: SileroModel
     sessions: SessionRegistry

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from ..engines import backend_status
+from ..engines import EngineStatus
 from .deps import AppContext, get_ctx
 
 router = APIRouter()
@@ -32,16 +32,17 @@ def _cuda_info() -> dict[str, Any]:
         return {"cuda": False}
 
 
-def _worker_info(engine: Any) -> dict[str, Any]:
+def _worker_info(status: EngineStatus) -> dict[str, Any]:
     """ENGINE_PROCESS=worker: the child's pid, state and restarts."""
-    if not hasattr(engine, "restarts"):
+    if status.worker is None:
         return {}
-    return {"worker": {"pid": engine.pid, "state": engine.state, "restarts": engine.restarts}}
+    worker = status.worker
+    return {"worker": {"pid": worker.pid, "state": worker.state, "restarts": worker.restarts}}
 
 
-def _fast_info(engine: Any, loaded: bool) -> dict[str, Any]:
+def _fast_info(status: EngineStatus, loaded: bool) -> dict[str, Any]:
     """DUAL_MODEL: the partials' model (loaded and unloaded with the main one)."""
-    fast = getattr(engine, "fast", None)
+    fast = status.fast
     if fast is None:
         return {}
     return {
@@ -55,23 +56,22 @@ def _fast_info(engine: Any, loaded: bool) -> dict[str, Any]:
     }
 
 
-def _backend_info(engine: Any) -> dict[str, Any]:
+def _backend_info(status: EngineStatus) -> dict[str, Any]:
     """ENGINE=remote: each backend's state, jobs in flight, latency and errors."""
-    backends = backend_status(engine)
-    if not backends:
+    if not status.backends:
         return {}
     return {
-        "backends": backends,
-        "backends_up": sum(b["state"] == "up" for b in backends),
+        "backends": list(status.backends),
+        "backends_up": sum(b["state"] == "up" for b in status.backends),
         # jobs that wait for a slot: the backends that are up are full, the others down
-        "backend_waiting": getattr(engine, "backend_waiting", 0),
+        "backend_waiting": status.backend_waiting,
     }
 
 
 @router.get("/health")
 async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
     engine = ctx.manager.engine
-    main = getattr(engine, "main", engine)  # DUAL_MODEL: the main model's facts
+    status = engine.status()  # DUAL_MODEL: the main model's facts, the fast one's inside
     return {
         "status": "ok",
         "model_loaded": ctx.manager.loaded,
@@ -79,11 +79,11 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "model_id": engine.model_id,
         "engine": engine.name,
         "device": engine.device,
-        "dtype": getattr(main, "dtype", None),  # in use, once loaded (Qwen)
-        "attention": getattr(main, "attention", None),
-        **_worker_info(main),
-        **_fast_info(engine, ctx.manager.loaded),
-        **_backend_info(engine),
+        "dtype": status.dtype,  # in use, once loaded (Qwen)
+        "attention": status.attention,
+        **_worker_info(status),
+        **_fast_info(status, ctx.manager.loaded),
+        **_backend_info(status),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

@@ -7,11 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response
 
-from ..engines.base import Segment
 from ..errors import BadRequestError
 from ..formats import to_srt, to_vtt
 from ..service import Options
 from ..subtitles import build_cues, cue_rules, cue_segments
+from ..transcript import Segment
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .transcriptions import read_upload

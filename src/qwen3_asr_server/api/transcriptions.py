@@ -24,8 +24,10 @@ from ..formats import (
     verbose_json_body,
     words_body,
 )
-from ..service import Options, Transcription, overall_language
+from ..long_form import overall_language
+from ..service import Options
 from ..text import join_texts
+from ..transcript import Transcript
 from ..vad import fill_no_speech_probs
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
@@ -71,7 +73,7 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     )
 
 
-def server_timing(result: Transcription, decode_seconds: float) -> str:
+def server_timing(result: Transcript, decode_seconds: float) -> str:
     """`Server-Timing` header: where the request's time went, in milliseconds."""
     queue = max(0.0, result.job_seconds - result.engine_seconds)
     parts = [("decode", decode_seconds), ("queue", queue), ("engine", result.engine_seconds)]
@@ -79,7 +81,7 @@ def server_timing(result: Transcription, decode_seconds: float) -> str:
 
 
 def format_response(
-    result: Transcription, response_format: str, options: Options, headers: dict[str, str]
+    result: Transcript, response_format: str, options: Options, headers: dict[str, str]
 ) -> Response:
     if response_format == "text":
         return PlainTextResponse(result.text, headers=headers)

@@ -13,6 +13,7 @@ from loguru import logger
 
 from ..errors import AuthError
 from ..streaming.agreement import Draft
+from ..streaming.events import Emit
 from ..streaming.registry import SessionLimitError
 from ..streaming.session import AudioSource, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
@@ -113,11 +114,7 @@ class Outbox:
         self._task.cancel()
 
 
-def new_session(
-    ctx: AppContext,
-    config: StreamConfig,
-    emit: Callable[[dict[str, Any]], Any],
-) -> StreamSession:
+def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSession:
     """Partials are fast drafts on whisper (a short encoder window); only their confident
     words become stable, so Realtime API deltas, which clients append, rarely disagree with
     the final (4% of delta words against 16% with full-window partials, LEARNING_LOG.md)."""
@@ -134,6 +131,8 @@ def new_session(
 
 
 def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamConfig:
+    """The stream config of a new session on either endpoint, from the WS_* settings (the
+    prefix padding is StreamConfig's: no setting, a Realtime session.update sets it)."""
     s = ctx.settings
     return StreamConfig(
         use_vad=use_vad,

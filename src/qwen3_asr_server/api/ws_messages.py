@@ -101,7 +101,7 @@ class AudioFormat(Message):
         return rate
 
 
-class Transcription(Message):
+class TranscriptionSettings(Message):
     language: str | None = None
     """An ISO code or a language name; null means auto."""
 
@@ -117,7 +117,7 @@ class TurnDetection(Message):
 
 class AudioInput(Message):
     format: AudioFormat | None = None
-    transcription: Transcription | None = None
+    transcription: TranscriptionSettings | None = None
     turn_detection: TurnDetection | None = None  # null: server VAD off
 
 
@@ -132,13 +132,13 @@ class SessionConfig(Message):
 
     audio: SessionAudio | None = None
     input_audio_format: Literal["pcm16"] | None = None
-    input_audio_transcription: Transcription | None = None
+    input_audio_transcription: TranscriptionSettings | None = None
     turn_detection: TurnDetection | None = None
 
     def audio_input(self) -> AudioInput:
         return self.audio.input if self.audio and self.audio.input else AudioInput()
 
-    def transcription(self) -> tuple[Transcription | None, str]:
+    def transcription(self) -> tuple[TranscriptionSettings | None, str]:
         """The transcription settings sent, and their parameter path (for errors)."""
         ga = self.audio_input().transcription
         if ga is not None:

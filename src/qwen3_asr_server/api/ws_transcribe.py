@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import soxr
 from fastapi import APIRouter, WebSocket
 
-from ..audio import pcm16_to_float
 from ..errors import APIError
+from ..streaming.events import Final, FinalFailed, Partial, StreamEvent
+from ..streaming.ingest import PcmIngest
 from ..streaming.session import StreamSession
 from .deps import AppContext
 from .ws_common import (
@@ -57,29 +57,50 @@ def error(code: str, message: str, status: int) -> dict[str, Any]:
     return {"code": code, "message": message, "statusCode": status}
 
 
-def answered(event: dict[str, Any]) -> int:
+def answered(event: Final | FinalFailed) -> int:
     """How many flush/reset actions a final (or its failure) answers."""
-    return len(event["answers"]) + (event["reason"] in ANSWERS)
+    return len(event.answers) + (event.reason in ANSWERS)
 
 
-def answer_texts(event: dict[str, Any]) -> list[str]:
+def answer_texts(event: Final) -> list[str]:
     """The finals to send for a final event: its text, then an empty final for each further
     flush it answers (a flush sent while it was pending)."""
-    count = max(answered(event), 1 if event["text"] else 0)
-    return [event["text"], *[""] * (count - 1)] if count else []
+    count = max(answered(event), 1 if event.text else 0)
+    return [event.text, *[""] * (count - 1)] if count else []
 
 
-def final_error(event: dict[str, Any]) -> dict[str, Any]:
+def final_error(event: FinalFailed) -> dict[str, Any]:
     """A final that failed, in the seed's error shape, with the failure's own status:
     503 (no backend, model unavailable, shutting down) and 504 (timeout) are retryable."""
-    status = int(event["status"])
+    status = int(event.status)
     retryable = status in (503, 504)
     code = {503: "TRANSCRIPTION_UNAVAILABLE", 504: "TRANSCRIPTION_TIMEOUT"}
-    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event["message"], status)
+    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event.message, status)
     body["retryable"] = retryable
-    if retryable and event.get("retry_after"):
-        body["retry_after"] = int(event["retry_after"])
+    if retryable and event.retry_after:
+        body["retry_after"] = int(event.retry_after)
     return body
+
+
+FINAL_MARK = {"is_partial": False, "is_final": True}
+
+
+def to_seed(event: StreamEvent) -> list[tuple[dict[str, Any], bool]]:
+    """Stream event -> the seed's messages, each with whether it may be dropped for a slow
+    reader (partials only). Turn events have no message in this protocol."""
+    match event:
+        case Partial():
+            message = {"text": event.text, "is_partial": True, "is_final": False}
+            return [({**message, "stable_text": event.stable_text}, True)]
+        case Final():
+            # one final per flush/reset it answers (the first carries the text); a final with
+            # text answers nothing but is sent; an empty one that answers nothing is not
+            return [({"text": text, **FINAL_MARK}, False) for text in answer_texts(event)]
+        case FinalFailed():
+            # then an empty final for each flush it answers: a client waits for its final
+            empty = [({"text": "", **FINAL_MARK}, False) for _ in range(answered(event))]
+            return [(final_error(event), False), *empty]
+    return []
 
 
 async def refuse(websocket: WebSocket, body: dict[str, Any], close_code: int) -> None:
@@ -113,20 +134,9 @@ async def ws_transcribe(websocket: WebSocket) -> None:
     echo = Echo(query.get("language") or "auto")
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
-    async def emit(event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "partial":
-            message = {"text": event["text"], "is_partial": True, "is_final": False}
-            await outbox.put({**message, "stable_text": event["stable_text"]}, droppable=True)
-        elif kind == "final":
-            # one final per flush/reset it answers (the first carries the text); a final with
-            # text answers nothing but is sent; an empty one that answers nothing is not
-            for text in answer_texts(event):
-                await outbox.put({"text": text, "is_partial": False, "is_final": True})
-        elif kind == "error":
-            await outbox.put(final_error(event))
-            for _ in range(answered(event)):  # a client waiting for its flush's final
-                await outbox.put({"text": "", "is_partial": False, "is_final": True})
+    async def emit(event: StreamEvent) -> None:
+        for message, droppable in to_seed(event):
+            await outbox.put(message, droppable=droppable)
 
     session = new_session(ctx, base_config(ctx, use_vad, language), emit)
     refused = await register(ctx, session, outbox)
@@ -143,10 +153,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
             "use_server_vad": use_vad,
         }
     )
-    resampler = (
-        soxr.ResampleStream(8000, 16000, 1, dtype="float32") if sample_rate == 8000 else None
-    )
-    max_samples = int(settings.ws_max_session_s * 16000)
+    ingest = PcmIngest(sample_rate, settings.ws_max_session_s)
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
@@ -157,15 +164,11 @@ async def ws_transcribe(websocket: WebSocket) -> None:
             await outbox.put(error("FRAME_TOO_LARGE", msg, 413))
             return None
         if data is not None:
-            samples = pcm16_to_float(data)
-            if resampler is not None:
-                samples = resampler.resample_chunk(samples)
-            if session.samples_in + len(samples) > max_samples:
+            if not await ingest.feed(session, data):
                 limit_s = settings.ws_max_session_s
                 msg = f"The session reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
                 await outbox.put(error("SESSION_TOO_LONG", msg, 413))
                 return "limit"
-            await session.feed(samples)
         elif text is not None:
             await handle_action(ctx, session, outbox, echo, text)
         return None

@@ -8,24 +8,20 @@ from typing import Any
 
 from ..config import DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL, Settings
 from .base import Engine, ModelLoadError, TranscribeRequest, TranscribeResult
+from .spec import EngineSpec
+from .status import EngineStatus
 
 __all__ = [
     "Engine",
+    "EngineStatus",
     "ModelLoadError",
     "TranscribeRequest",
     "TranscribeResult",
-    "backend_status",
     "create_engine",
     "detect_engine",
 ]
 
 WHISPER_ALIASES = {"whisper-tiny.en"}
-
-
-def backend_status(engine: Engine) -> list[dict[str, Any]]:
-    """ENGINE=remote: one dict per backend (state, in flight, latency, errors); else []."""
-    status = getattr(engine, "status", None)
-    return list(status()) if hasattr(engine, "backends") and callable(status) else []
 
 
 def gpu_present() -> bool:
@@ -96,38 +92,41 @@ def _create_one(settings: Settings, inline: bool) -> Engine:
             connect_timeout=settings.remote_connect_timeout,
             probe_interval=settings.remote_probe_interval,
         )
+    spec = engine_spec(settings)
     if settings.use_worker and not inline:
         from .worker import WorkerEngine
 
         return WorkerEngine(
-            create_engine(settings, inline=True),
-            settings.model_dump(),
+            spec.build(),
+            spec,
             hard_timeout=settings.request_timeout + settings.worker_kill_grace,
             kill_grace=settings.worker_kill_grace,
+            log=(settings.log_level, settings.log_json),
         )
+    return spec.build()
+
+
+def engine_spec(settings: Settings) -> EngineSpec:
+    """The local engine the settings describe, as a picklable spec."""
     model_id = served_model_id(settings)
     kind = settings.engine if settings.engine != "auto" else detect_engine(model_id)
     if kind == "whisper":
-        from .whisper import WhisperEngine
-
-        return WhisperEngine(
-            model_id,
-            device=settings.device,
-            cpu_threads=settings.cpu_threads,
-            beam_size=settings.whisper_beam_size,
-        )
-    from .qwen import QwenEngine
-
-    return QwenEngine(
-        model_id,
-        device=settings.device,
-        dtype=settings.dtype,
-        max_new_tokens=settings.max_new_tokens,
-        cpu_threads=settings.cpu_threads,
-        aligner_id=settings.forced_aligner_id,
-        attention=settings.attn_implementation,
+        options: dict[str, Any] = {
+            "device": settings.device,
+            "cpu_threads": settings.cpu_threads,
+            "beam_size": settings.whisper_beam_size,
+        }
+        return EngineSpec("whisper", model_id, options)
+    options = {
+        "device": settings.device,
+        "dtype": settings.dtype,
+        "max_new_tokens": settings.max_new_tokens,
+        "cpu_threads": settings.cpu_threads,
+        "aligner_id": settings.forced_aligner_id,
+        "attention": settings.attn_implementation,
         # MODEL_ID unset: the driver's presence is only a guess; the engine picks the model
         # for the device torch really sees when it loads.
-        defaults=None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
-        quantize=settings.quantize,
-    )
+        "defaults": None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
+        "quantize": settings.quantize,
+    }
+    return EngineSpec("qwen", model_id, options)

@@ -8,6 +8,9 @@ from typing import Protocol
 
 import numpy as np
 
+from ..transcript import Segment
+from .status import EngineStatus
+
 
 class ModelLoadError(Exception):
     """The configured model could not be loaded; the message says why and how to fix it."""
@@ -59,26 +62,6 @@ class TranscribeRequest:
     # One segment of a longer file: decoded the same way alone or in a batch, so that the
     # file's text does not depend on how its segments happened to be grouped.
     long_form: bool = False
-
-
-@dataclass
-class Word:
-    word: str
-    start: float
-    end: float
-    probability: float | None = None
-
-
-@dataclass
-class Segment:
-    start: float
-    end: float
-    text: str
-    words: list[Word] = field(default_factory=list)
-    avg_logprob: float | None = None
-    no_speech_prob: float | None = None
-    compression_ratio: float | None = None
-    tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -135,3 +118,13 @@ class Engine(Protocol):
     def transcribe_batch(
         self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
     ) -> list[TranscribeResult]: ...
+
+    @property
+    def capacity(self) -> int:
+        """Calls it can run at once (the scheduler's threads): 1 for a model in this process
+        or a worker; the backends' total for remote ones."""
+        ...
+
+    def status(self) -> EngineStatus:
+        """What /health and /metrics show of it; wrappers compose their inner engine's."""
+        ...

@@ -3,16 +3,15 @@
 Both load and unload together (the model manager sees one engine). Any pair works: two Qwen
 checkpoints, or whisper for partials under a Qwen main model.
 
-The pair shows what the server needs of the engines inside it: the main engine's slots (the
-remote backends' capacity with ENGINE=remote) and backends, and the worker restarts of both.
+It is the main engine (capacity, backends with ENGINE=remote) for everything but partials;
+its status carries both models' (worker restarts of both).
 The fast model takes one call at a time (a lock) even when the main one takes several.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
-from typing import Any
+from dataclasses import replace
 
 from .base import (
     Engine,
@@ -22,52 +21,21 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
+from .status import EngineStatus
+from .wrapping import EngineWrapper
 
 
-class DualEngine:
+class DualEngine(EngineWrapper):
+    """The main engine, except that partials go to `fast`; its status shows both."""
+
     def __init__(self, main: Engine, fast: Engine) -> None:
+        super().__init__(main)
         self.main, self.fast = main, fast
-        self.name, self.model_id = main.name, main.model_id
-        self._fast_lock = threading.Lock()  # the scheduler may run `slots` calls at once
+        self._fast_lock = threading.Lock()  # the scheduler may run `capacity` calls at once
 
-    @property
-    def slots(self) -> int:
-        """Engine calls at once: the main engine's (remote backends: their capacity)."""
-        return int(getattr(self.main, "slots", 1))
-
-    @property
-    def restarts(self) -> int:
-        """ENGINE_PROCESS=worker: worker processes of both models that died or were killed."""
-        return sum(int(getattr(e, "restarts", 0)) for e in (self.main, self.fast))
-
-    @property
-    def backends(self) -> list[Any]:
-        """ENGINE=remote: the main engine's backends (the fast model is always local)."""
-        return list(getattr(self.main, "backends", []))
-
-    def status(self) -> list[dict[str, Any]]:
-        status = getattr(self.main, "status", None)
-        return list(status()) if callable(status) else []
-
-    @property
-    def backend_waiting(self) -> int:
-        return int(getattr(self.main, "backend_waiting", 0))
-
-    @property
-    def device(self) -> str:
-        return self.main.device
-
-    @property
-    def languages(self) -> frozenset[str] | None:
-        return self.main.languages
-
-    @property
-    def word_timestamps(self) -> str:
-        return self.main.word_timestamps
-
-    @property
-    def long_form_batches(self) -> bool:
-        return self.main.long_form_batches
+    def status(self) -> EngineStatus:
+        """The main engine's (its backends with ENGINE=remote), with the fast model's."""
+        return replace(self.main.status(), fast=self.fast.status())
 
     def load(self) -> None:
         self.main.load()
@@ -105,11 +73,3 @@ class DualEngine:
             return engine.transcribe(request, should_stop)
         finally:
             self._fast_lock.release()
-
-    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
-        return self.main.batch_key(request)  # partials are never batched
-
-    def transcribe_batch(
-        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
-    ) -> list[TranscribeResult]:
-        return self.main.transcribe_batch(requests, should_stop)

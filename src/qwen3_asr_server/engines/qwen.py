@@ -10,33 +10,25 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
+from ..pcm import SAMPLE_RATE
 from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
+from ..transcript import Segment, Word
 from .base import (
     JobCancelledError,
     ModelLoadError,
-    Segment,
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
-    Word,
     never_stop,
 )
+from .qwen_guard import GenerationGuard, token_budget
 from .qwen_load import choose_attention, choose_dtype, load_checkpoint, quantize_int8
+from .status import EngineStatus
 from .word_times import words_from_items
 
-SAMPLE_RATE = 16000
 MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
 # The languages Qwen3-ForcedAligner aligns (ISO codes).
 ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
-# The SDK's hard-coded end-of-sequence ids (<|im_end|>, <|endoftext|>).
-EOS_IDS = (151645, 151643)
-
-
-def token_budget(seconds: float, max_new_tokens: int) -> int:
-    """Tokens a decode of `seconds` of audio may generate: speech rarely exceeds ~8 tokens
-    per second, so this stops a decode that never emits an end token (noise, a broken
-    checkpoint) long before MAX_NEW_TOKENS."""
-    return max(1, min(max_new_tokens, 32 + int(12 * seconds)))
 
 
 class QwenEngine:
@@ -68,7 +60,7 @@ class QwenEngine:
         self._max_new_tokens = max_new_tokens
         self._cpu_threads = cpu_threads
         self._model: Any = None
-        self._guard: _GenerationGuard | None = None
+        self._guard: GenerationGuard | None = None
         self._device: str | None = None
 
     @property
@@ -78,6 +70,11 @@ class QwenEngine:
     @property
     def languages(self) -> frozenset[str]:
         return frozenset(QWEN_LANGUAGES)
+
+    capacity = 1  # one call at a time: the model runs in this process
+
+    def status(self) -> EngineStatus:
+        return EngineStatus(self.name, self.model_id, self.device, self.dtype, self.attention)
 
     @property
     def word_timestamps(self) -> str:
@@ -144,7 +141,7 @@ class QwenEngine:
         aligner = self._load_aligner(kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
-        self._guard = _GenerationGuard(model.model, pad)
+        self._guard = GenerationGuard(model.model, pad)
         self._model = model
         self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
@@ -302,70 +299,6 @@ def duration_groups(lengths: list[int]) -> list[list[int]]:
                 continue
         groups.append([i])
     return groups
-
-
-class _GenerationGuard:
-    """Wraps the model's `generate` so that each call stops, per row, at that row's token
-    budget, and stops altogether once `should_stop()` says every caller has gone (checked
-    every generated token, i.e. within one decode step). The SDK calls `generate` itself, so
-    this is where a stopping criterion can go in."""
-
-    def __init__(self, model: Any, pad_token_id: int | None) -> None:
-        self._generate = model.generate
-        self._pad = pad_token_id
-        self._budgets: list[int] = []
-        self._should_stop: ShouldStop = never_stop
-        self._hit: set[int] = set()
-        self._offset = 0
-        model.generate = self._guarded
-
-    def limits(self, budgets: list[int], should_stop: ShouldStop) -> _Limits:
-        return _Limits(self, budgets, should_stop)
-
-    def _guarded(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
-        guard = self
-        rows = int(kwargs["input_ids"].shape[0])
-        prompt = int(kwargs["input_ids"].shape[1])
-        first = self._offset  # the SDK may split one call into several sub-batches
-        self._offset += rows
-        budgets = torch.tensor(self._budgets[first : first + rows], dtype=torch.long)
-        eos = torch.tensor(EOS_IDS)
-
-        class Stop(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **_: Any) -> Any:
-                generated = input_ids[:, prompt:]
-                done = generated.shape[1] >= budgets.to(input_ids.device)
-                ended = torch.isin(generated, eos.to(input_ids.device)).any(dim=1)
-                for row in torch.nonzero(done & ~ended).flatten().tolist():
-                    guard._hit.add(first + int(row))
-                if guard._should_stop():
-                    return torch.ones_like(done)
-                return done
-
-        criteria = StoppingCriteriaList([Stop(), *(kwargs.pop("stopping_criteria", None) or [])])
-        if self._pad is not None:
-            kwargs.setdefault("pad_token_id", self._pad)
-        return self._generate(*args, stopping_criteria=criteria, **kwargs)
-
-
-class _Limits:
-    def __init__(self, guard: _GenerationGuard, budgets: list[int], should_stop: ShouldStop):
-        self._guard = guard
-        self._budgets = budgets
-        self._should_stop = should_stop
-
-    def __enter__(self) -> set[int]:
-        self._guard._budgets = self._budgets
-        self._guard._should_stop = self._should_stop
-        self._guard._hit = set()
-        self._guard._offset = 0
-        return self._guard._hit
-
-    def __exit__(self, *_: Any) -> None:
-        self._guard._should_stop = never_stop
 
 
 def _load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:

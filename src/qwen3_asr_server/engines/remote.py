@@ -42,22 +42,17 @@ import numpy as np
 from loguru import logger
 
 from ..logging import REQUEST_ID
+from ..pcm import SAMPLE_RATE
 from ..text import parse_language
-from .base import (
-    JobCancelledError,
-    Segment,
-    ShouldStop,
-    TranscribeRequest,
-    TranscribeResult,
-    never_stop,
-)
+from ..transcript import Segment
+from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
 from .remote_pool import Backend, BackendPool
+from .status import EngineStatus
+from .wrapping import wait_or_cancel
 
 T = TypeVar("T")
-SAMPLE_RATE = 16000
 CLIENT_ERRORS = {400, 413, 415, 422}  # the input's fault: every backend would refuse it
 BUSY = {429, 500, 502, 503, 504}  # try another backend, but this one is not down
-POLL = 0.05  # seconds between two looks at should_stop while a job waits for its backend
 
 
 class BackendFailedError(Exception):
@@ -134,16 +129,18 @@ class RemoteEngine:
         return "estimate"  # backends answer text only: words are spread over the segment
 
     @property
-    def slots(self) -> int:
+    def capacity(self) -> int:
+        """The backends' total: REMOTE_MAX_INFLIGHT each."""
         return self.pool.slots
 
-    @property
-    def backend_waiting(self) -> int:
-        """Jobs waiting for a slot: every backend that is up is full (others are down)."""
-        return self.pool.waiting
-
-    def status(self) -> list[dict[str, Any]]:
-        return self.pool.status()
+    def status(self) -> EngineStatus:
+        """Each backend's state, and the jobs waiting for a slot (every backend that is up
+        is full, the others down)."""
+        backends = tuple(self.pool.status())
+        waiting = self.pool.waiting
+        return EngineStatus(
+            self.name, self.model_id, self.device, backends=backends, backend_waiting=waiting
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
     def load(self) -> None:
@@ -175,7 +172,7 @@ class RemoteEngine:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     async def _open(self) -> None:
-        limits = httpx.Limits(max_connections=self.slots + 2 * len(self.backends))
+        limits = httpx.Limits(max_connections=self.capacity + 2 * len(self.backends))
         self._client = httpx.AsyncClient(
             timeout=self._timeout, limits=limits, headers=self._headers
         )
@@ -272,13 +269,17 @@ class RemoteEngine:
     def _wait(self, future: concurrent.futures.Future[T], should_stop: ShouldStop) -> T:
         """The answer; if every caller goes first, cancel the request (its connection
         closes, so the backend can stop too)."""
-        while True:
-            try:
-                return future.result(timeout=POLL)
-            except concurrent.futures.TimeoutError:
-                if should_stop():
-                    future.cancel()
-                    raise JobCancelledError() from None
+
+        def ready(timeout: float) -> bool:
+            done, _ = concurrent.futures.wait([future], timeout)
+            return bool(done)
+
+        def give_up() -> None:
+            future.cancel()
+            raise JobCancelledError()
+
+        wait_or_cancel(ready, should_stop, give_up)
+        return future.result()
 
     def transcribe(
         self, request: TranscribeRequest, should_stop: ShouldStop = never_stop

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..pcm import SAMPLE_RATE
+
 FRAMES_PER_SECOND = 100
 MARGIN_S = 0.5  # silence after the audio: room for the last word, little for inventions
 MAX_DRAFT_S = 28.0  # beyond this the full 30 s window costs the same
@@ -31,7 +33,9 @@ def draft_words(model: Any, audio: np.ndarray, language: str) -> list[tuple[str,
     from faster_whisper.tokenizer import Tokenizer
 
     features = model.feature_extractor(audio)
-    frames = min(3000, math.ceil((len(audio) / 16000 + MARGIN_S) * 10) * FRAMES_PER_SECOND // 10)
+    frames = min(
+        3000, math.ceil((len(audio) / SAMPLE_RATE + MARGIN_S) * 10) * FRAMES_PER_SECOND // 10
+    )
     window = np.zeros((features.shape[0], frames), dtype=np.float32)
     used = min(frames, features.shape[1])
     window[:, :used] = features[:, :used]
@@ -40,7 +44,7 @@ def draft_words(model: Any, audio: np.ndarray, language: str) -> list[tuple[str,
         model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language
     )
     prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
-    budget = len(prompt) + BASE_TOKENS + int(TOKENS_PER_SECOND * len(audio) / 16000)
+    budget = len(prompt) + BASE_TOKENS + int(TOKENS_PER_SECOND * len(audio) / SAMPLE_RATE)
     result = model.model.generate(
         encoded,
         [prompt],

@@ -23,13 +23,13 @@ import multiprocessing.connection
 import os
 import threading
 import time
-from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 from loguru import logger
 
 from .base import (
+    Engine,
     EngineCrashedError,
     JobCancelledError,
     ModelLoadError,
@@ -38,25 +38,27 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
+from .spec import EngineSpec
+from .status import EngineStatus, WorkerStatus
+from .wrapping import EngineWrapper, wait_or_cancel
 
-POLL = 0.05  # seconds between checks while a call runs in the child
 
-
-class WorkerEngine:
-    """Proxies an engine (`template`: constructed, never loaded, here) to a child process."""
+class WorkerEngine(EngineWrapper):
+    """Proxies an engine (`template`: built from `spec`, never loaded, here) to a child
+    process that builds the same engine from the same picklable `spec`."""
 
     def __init__(
         self,
-        template: Any,
-        settings: dict[str, Any],
+        template: Engine,
+        spec: EngineSpec,
         *,
         hard_timeout: float,
         kill_grace: float = 10.0,
+        log: tuple[str, bool] = ("INFO", False),
     ) -> None:
-        self._template = template
-        self._settings = settings
-        self.name = template.name
-        self.model_id = template.model_id
+        super().__init__(template)  # languages, word times, batching: the template's
+        self._spec = spec
+        self._log = log  # the child's LOG_LEVEL and LOG_JSON
         self._hard_timeout = hard_timeout
         self._kill_grace = kill_grace
         self._process: Any = None
@@ -67,40 +69,29 @@ class WorkerEngine:
         self.restarts = 0  # children that died or were killed
         self.state = "stopped"  # stopped | starting | ready | exited (died; restarted on use)
 
-    # -- the Engine protocol: facts known without the child -------------------------------
+    # -- what the server shows: facts known without the child -----------------------------
+    capacity = 1  # one call at a time over the pipe
+
     @property
     def device(self) -> str:
-        return str(self._facts.get("device") or self._template.device)
-
-    @property
-    def dtype(self) -> str | None:
-        return self._facts.get("dtype")
-
-    @property
-    def attention(self) -> str | None:
-        return self._facts.get("attention")
-
-    @property
-    def languages(self) -> frozenset[str] | None:
-        languages: frozenset[str] | None = self._template.languages
-        return languages
-
-    @property
-    def word_timestamps(self) -> str:
-        return str(self._template.word_timestamps)
-
-    @property
-    def long_form_batches(self) -> bool:
-        return bool(self._template.long_form_batches)
-
-    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
-        key: Hashable | None = self._template.batch_key(request)
-        return key
+        return str(self._facts.get("device") or self.inner.device)
 
     @property
     def pid(self) -> int | None:
         process = self._process
         return process.pid if process is not None and process.is_alive() else None
+
+    def status(self) -> EngineStatus:
+        facts = self._facts
+        worker = WorkerStatus(self.pid, self.state, self.restarts)
+        return EngineStatus(
+            self.name,
+            self.model_id,
+            self.device,
+            facts.get("dtype"),
+            facts.get("attention"),
+            worker=worker,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     def load(self) -> None:
@@ -118,7 +109,7 @@ class WorkerEngine:
         self.state = "starting"
         process = context.Process(
             target=child_main,
-            args=(child, self._cancel, self._settings, os.getpid()),
+            args=(child, self._cancel, self._spec, self._log, os.getpid()),
             name="qwen3-asr-worker",
             daemon=True,
         )
@@ -177,6 +168,8 @@ class WorkerEngine:
                     self._process.join(1)
                     self._died(self._process)
                 self._start()  # the previous child died: a fresh one for this call
+            if should_stop():  # every caller left (e.g. during that start): nothing to send
+                raise JobCancelledError()
             metas = [{k: v for k, v in vars(r).items() if k != "audio"} for r in requests]
             audios = [np.ascontiguousarray(r.audio, dtype=np.float32) for r in requests]
             results: list[TranscribeResult] = self._call(
@@ -193,22 +186,22 @@ class WorkerEngine:
     ) -> Any:
         process, conn, cancel = self._process, self._conn, self._cancel
         cancel.clear()
-        stop_asked: float | None = None
+
+        def check(stop_asked: float | None) -> None:
+            if not process.is_alive():
+                raise EOFError
+            now = time.monotonic()
+            overdue = deadline is not None and now > deadline
+            if overdue or (stop_asked is not None and now - stop_asked > self._kill_grace):
+                self._kill(process, "overdue" if overdue else "did not stop when asked")
+                raise JobCancelledError("the inference worker was killed")
+
         try:
             conn.send(message)
             for audio in audios:
                 conn.send_bytes(audio.tobytes() if not audio.flags.c_contiguous else audio.data)
-            while not conn.poll(POLL):
-                if not process.is_alive():
-                    raise EOFError
-                now = time.monotonic()
-                if stop_asked is None and should_stop():
-                    cancel.set()  # the child's engine polls this as should_stop
-                    stop_asked = now
-                overdue = deadline is not None and now > deadline
-                if overdue or (stop_asked is not None and now - stop_asked > self._kill_grace):
-                    self._kill(process, "overdue" if overdue else "did not stop when asked")
-                    raise JobCancelledError("the inference worker was killed")
+            # the child's engine polls `cancel` as its should_stop
+            wait_or_cancel(conn.poll, should_stop, cancel.set, check)
             status, *payload = conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             code = process.exitcode if process.exitcode is not None else "unknown"
@@ -247,17 +240,16 @@ class WorkerEngine:
 
 
 # -- the child ------------------------------------------------------------------------------
-def child_main(conn: Any, cancel: Any, settings: dict[str, Any], parent_pid: int) -> None:
+def child_main(
+    conn: Any, cancel: Any, spec: EngineSpec, log: tuple[str, bool], parent_pid: int
+) -> None:
     """The worker process: build and load the engine, then serve calls until told to exit
     or until the parent is gone."""
-    from ..config import Settings
     from ..logging import setup_logging
-    from . import create_engine
 
-    config = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
-    setup_logging(config.log_level, config.log_json)
+    setup_logging(*log)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    engine = create_engine(config, inline=True)
+    engine = spec.build()
     while True:
         try:
             message = conn.recv()
@@ -268,10 +260,11 @@ def child_main(conn: Any, cancel: Any, settings: dict[str, Any], parent_pid: int
         try:
             if message[0] == "load":
                 engine.load()
+                status = engine.status()
                 facts = {
-                    "device": engine.device,
-                    "dtype": getattr(engine, "dtype", None),
-                    "attention": getattr(engine, "attention", None),
+                    "device": status.device,
+                    "dtype": status.dtype,
+                    "attention": status.attention,
                 }
                 conn.send(("ok", facts))
                 continue

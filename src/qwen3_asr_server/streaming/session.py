@@ -1,8 +1,9 @@
-"""StreamSession: PCM frames -> VAD -> utterances -> partials and finals.
+"""StreamSession: PCM frames -> VAD -> turns -> partials and finals.
 
 One per connection; sessions share nothing but the VAD model's read-only ONNX session and
-the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receive events
-(dicts) through `emit`.
+the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receive typed
+events (`events.py`) through `emit`. Where turns start and end is the TurnDetector's
+(`turns.py`, synchronous); this module runs the inference those turns call for.
 
 - VAD runs per message on the VAD model's threads, never on the event loop.
 - Partials re-decode the open utterance (its last `window_max_s`) at partial priority
@@ -12,7 +13,7 @@ the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receiv
   load instead of queueing stale work.
 - Finals run in order on a per-session task; committing an utterance cancels its queued
   partial, so a partial never delays a final. The final's transcription starts
-  EARLY_FINAL_MS before the end-of-utterance silence is complete (and is dropped if speech
+  turns.EARLY_FINAL_MS before the end-of-utterance silence is complete (dropped if speech
   resumes), so its latency overlaps the silence wait. Silence costs no other inference.
 - A final is produced on end of speech, maximum length (cut at the quietest point), flush,
   reset and close (disconnect, shutdown); it is never dropped.
@@ -23,9 +24,8 @@ the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receiv
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,14 +33,22 @@ import numpy as np
 from loguru import logger
 
 from ..errors import APIError
+from ..pcm import SAMPLE_RATE
 from ..vad import FRAME, SileroModel
 from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
+from .events import Committed, Emit, Final, FinalFailed, Partial, SpeechStarted, SpeechStopped
+from .turns import (
+    EarlyFinalPoint,
+    MaxLengthCut,
+    PartialDue,
+    SpeechResumed,
+    TurnDetector,
+    TurnEnded,
+    TurnEvent,
+    TurnStarted,
+)
 from .utterance import Utterance
 
-SAMPLE_RATE = 16000
-EARLY_FINAL_MS = 450  # start the final this long before the end-of-utterance silence is due
-FIRST_PARTIAL_S = 0.3  # speech before an utterance's first partial (then every interval)
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
 AudioSource = np.ndarray | Callable[[], np.ndarray]
 # (audio or a function that returns it when the job starts, language, partial) -> text
 # A partial may come back as a Draft (words with probabilities), a final is always text.
@@ -91,13 +99,8 @@ class StreamSession:
         self._emit = emit
         self._vad_model = vad
         self._vad = vad.stream() if vad is not None else None
+        self.turns = TurnDetector(config)
         self._agreement = LocalAgreement()
-        self._utterance_ids = itertools.count(1)
-        self._leftover = np.zeros(0, dtype=np.float32)
-        self._preroll: list[np.ndarray] = []
-        self._utt: Utterance | None = None
-        self._silence = 0  # samples of non-speech since the last speech frame
-        self._since_partial = 0  # samples of speech since the last partial was started
         self._partial: asyncio.Task[None] | None = None
         # Early final: once the silence is most of the way to ending the utterance, its
         # transcription starts; if the silence holds, that result is the final.
@@ -110,9 +113,7 @@ class StreamSession:
         self._room = asyncio.Event()
         self._room.set()
         self.samples_in = 0  # total audio received, in samples
-        self._pos = 0  # samples consumed by the VAD framing (the end of the last frame)
         self._closing: asyncio.Future[None] | None = None
-        self._padded = 0  # samples of the open utterance that are padding, not client audio
         self.closed = False
         # The client has left: no one waits for the remaining finals in real time.
         self.client_gone = False
@@ -120,6 +121,7 @@ class StreamSession:
     # -- input -------------------------------------------------------------------------
     def configure(self, **changes: Any) -> None:
         self.config = replace(self.config, **changes)
+        self.turns.config = self.config
 
     @property
     def pending_seconds(self) -> float:
@@ -134,14 +136,13 @@ class StreamSession:
         if self.closed:
             return
         self.samples_in += len(samples)
-        data = np.concatenate([self._leftover, samples]) if len(self._leftover) else samples
-        whole = len(data) - len(data) % FRAME
-        self._leftover = data[whole:].copy()
-        if not whole:
+        frames = self.turns.frames(samples)
+        if not len(frames):
             return
-        speech = await self._speech(data[:whole])
-        for n, i in enumerate(range(0, whole, FRAME)):
-            await self._frame(data[i : i + FRAME], bool(speech[n]))
+        speech = await self._speech(frames)
+        for n, i in enumerate(range(0, len(frames), FRAME)):
+            for event in self.turns.step(frames[i : i + FRAME], bool(speech[n])):
+                await self._on_turn(event)
 
     async def _speech(self, frames: np.ndarray) -> np.ndarray:
         """Speech or not, per frame; the VAD runs on its own threads, off the event loop."""
@@ -154,15 +155,8 @@ class StreamSession:
 
     async def flush(self, reason: str = "flush") -> int | None:
         """Commit everything buffered (padded with silence so trailing words land)."""
-        if len(self._leftover):
-            frame = np.zeros(FRAME, dtype=np.float32)
-            frame[: len(self._leftover)] = self._leftover
-            if self._utt is not None:
-                self._utt.add(frame)
-                self._padded += FRAME - len(self._leftover)
-            self._leftover = np.zeros(0, dtype=np.float32)
-            self._pos += FRAME
-        return await self._commit(reason, pad_ms=self.config.flush_silence_ms)
+        self.turns.pad_leftover()
+        return await self._commit(reason, *self.turns.take(), self.config.flush_silence_ms)
 
     def answer_pending(self, action: str) -> bool:
         """A flush found nothing buffered: the final still pending (voice detection closed
@@ -178,16 +172,14 @@ class StreamSession:
         item = await self.flush("reset")
         if self._vad is not None:
             self._vad.reset()
-        self._preroll = []
+        self.turns.reset()
         return item
 
     def clear(self) -> None:
         """Discard the open utterance without a final (OpenAI's input_audio_buffer.clear)."""
         self._cancel_partial()
         self._cancel_early()  # its text belongs to the cleared audio
-        self._utt = None
-        self._silence = 0
-        self._leftover = np.zeros(0, dtype=np.float32)
+        self.turns.clear()
         self._agreement.reset()
 
     async def close(self, reason: str) -> None:
@@ -205,97 +197,41 @@ class StreamSession:
         await self._finals.put(None)
         await self._final_task
 
-    # -- VAD and utterances --------------------------------------------------------------
-    async def _frame(self, frame: np.ndarray, speech: bool) -> None:
-        cfg = self.config
-        self._pos += FRAME
-        if self._utt is None:
-            if not speech:
-                self._preroll.append(frame)
-                keep = max(1, cfg.prefix_padding_ms * SAMPLE_RATE // 1000 // FRAME)
-                del self._preroll[:-keep]
-                return
-            await self._start(frame)
-            return
-        self._utt.add(frame)
-        if speech:
-            self._silence = 0
-            self._since_partial += FRAME
-            self._cancel_early()  # speech resumed: the early transcription is stale
-        else:
-            self._silence += FRAME
-        end_silence = cfg.end_silence_ms * SAMPLE_RATE // 1000
-        early_at = max(FRAME, end_silence - EARLY_FINAL_MS * SAMPLE_RATE // 1000)
-        # Only at the live edge: with a final still pending (a client sending faster than
-        # real time, or a busy server) an early start gains nothing, and would queue every
-        # utterance's final at once, at real-time priority, even after the client has left.
-        early_due = early_at <= self._silence < end_silence and self._last_final is None
-        if cfg.use_vad and self._early is None and early_due:
-            self._cancel_partial()  # the final matters more than one more partial
-            self._early_len = self._utt.length
-            self._early = asyncio.create_task(self._final_text(self._utt.audio.copy()))
-        if cfg.use_vad and self._silence >= end_silence:
-            await self._emit(
-                {
-                    "type": "speech_stopped",
-                    "utterance": self._utt.id,
-                    "at_ms": self._ms(self._pos),
-                }
-            )
-            await self._commit("silence")
-            return
-        if self._utt.length + FRAME > int(cfg.max_utterance_s * SAMPLE_RATE):
-            await self._cut_at_max()
-            return
-        due = self._since_partial >= cfg.partial_interval_s * SAMPLE_RATE
-        if due and self._partial is None and self._early is None:  # no partial during a final
-            self._since_partial = 0
-            self._partial = asyncio.create_task(self._run_partial(self._utt))
+    # -- turns ---------------------------------------------------------------------------
+    async def _on_turn(self, event: TurnEvent) -> None:
+        match event:
+            case TurnStarted(utt):
+                self._agreement.reset()
+                await self._emit(SpeechStarted(utt.id, self.turns.ms(utt.start_sample)))
+            case SpeechResumed():
+                self._cancel_early()  # the early transcription is stale
+            # Only at the live edge: with a final still pending (a client sending faster than
+            # real time, or a busy server) an early start gains nothing, and would queue every
+            # utterance's final at once, at real-time priority, even after the client has left.
+            case EarlyFinalPoint(utt) if self._early is None and self._last_final is None:
+                self._cancel_partial()  # the final matters more than one more partial
+                self._early_len = utt.length
+                self._early = asyncio.create_task(self._final_text(utt.audio.copy()))
+            case TurnEnded(utt, at_ms):
+                await self._emit(SpeechStopped(utt.id, at_ms))
+                await self._commit("silence", *self.turns.take())
+            case MaxLengthCut(head, padded):
+                await self._commit("max_length", head, padded)
+                self._agreement.reset()  # the next utterance's stable text starts empty
+            case PartialDue(utt) if self._partial is None and self._early is None:
+                self.turns.partial_started()  # (no partial while a final is transcribed)
+                self._partial = asyncio.create_task(self._run_partial(utt))
 
-    def _new_utterance(self, start_sample: int) -> Utterance:
-        capacity = int(self.config.max_utterance_s * SAMPLE_RATE) + FRAME * 2
-        return Utterance(next(self._utterance_ids), capacity, start_sample)
-
-    async def _start(self, frame: np.ndarray) -> None:
-        pre = np.concatenate(self._preroll) if self._preroll else np.zeros(0, np.float32)
-        self._preroll = []
-        self._utt = self._new_utterance(max(0, self._pos - FRAME - len(pre)))
-        self._utt.add(pre[: len(self._utt.buf) - FRAME])  # room for the frame
-        self._utt.add(frame)
-        self._silence = 0
-        first = min(FIRST_PARTIAL_S, self.config.partial_interval_s)
-        self._since_partial = FRAME + int((self.config.partial_interval_s - first) * SAMPLE_RATE)
-        self._agreement.reset()
-        await self._emit(
-            {
-                "type": "speech_started",
-                "utterance": self._utt.id,
-                "at_ms": self._ms(self._utt.start_sample),
-            }
-        )
-
-    async def _cut_at_max(self) -> None:
-        """Maximum length: final for the part before the quietest point of the last 3 s."""
-        utt = self._utt
-        assert utt is not None
-        cut = utt.quietest_cut(3.0)
-        rest = utt.audio[cut:].copy()
-        utt.length = cut
-        await self._commit("max_length")
-        self._utt = self._new_utterance(utt.start_sample + cut)
-        self._utt.add(rest)
-        self._since_partial = len(rest)
-        self._agreement.reset()  # the next utterance's stable text starts empty
-
-    async def _commit(self, reason: str, pad_ms: int = 0) -> int | None:
-        utt, self._utt = self._utt, None
+    async def _commit(
+        self, reason: str, utt: Utterance | None, padded: int, pad_ms: int = 0
+    ) -> int | None:
+        """Queue the final of `utt` (taken from the detector; `padded` of its samples are
+        padding), with `pad_ms` of silence appended so trailing words land."""
         self._cancel_partial()
         early = None
         if reason == "silence":  # the silence held: the early transcription is the final
             early, self._early = self._early, None
         self._cancel_early()  # any other commit: the early transcription is stale
-        self._silence = 0
-        padded, self._padded = self._padded, 0
         if utt is None or utt.length == 0:
             return None
         audio = utt.audio[: self._early_len] if early is not None else utt.audio
@@ -308,7 +244,7 @@ class StreamSession:
         item = PendingFinal(utt, audio, reason, early, time.monotonic(), seconds)
         self._last_final = item
         await self._finals.put(item)
-        await self._emit({"type": "committed", "utterance": utt.id, "reason": reason})
+        await self._emit(Committed(utt.id, reason))
         return utt.id
 
     # -- inference ---------------------------------------------------------------------
@@ -340,7 +276,7 @@ class StreamSession:
         finally:
             if self._partial is asyncio.current_task():
                 self._partial = None
-        if hypothesis is None or self._utt is not utt:
+        if hypothesis is None or self.turns.utterance is not utt:
             return  # the utterance was committed meanwhile: its final will say it all
         if isinstance(hypothesis, Draft):
             # Only confident words become stable or are shown, except in the utterance's
@@ -355,14 +291,7 @@ class StreamSession:
             return  # nothing (confident) to add: the last partial stands
         utt.partials += 1
         utt.shown = (shown, stable)
-        await self._emit(
-            {
-                "type": "partial",
-                "utterance": utt.id,
-                "text": shown,
-                "stable_text": stable,
-            }
-        )
+        await self._emit(Partial(utt.id, shown, stable))
 
     async def _run_finals(self) -> None:
         while True:
@@ -395,34 +324,20 @@ class StreamSession:
             if self._last_final is item:
                 self._last_final = None
             await self._emit(
-                {
-                    "type": "error",
-                    "code": error.code if error is not None else "inference_failed",
-                    "status": error.status if error is not None else 500,
-                    "message": error.message if error is not None else str(exc),
-                    "retry_after": error.headers.get("Retry-After") if error else None,
-                    "utterance": utt.id,
-                    "reason": item.reason,
-                    "answers": list(item.answers),
-                    "duration": item.seconds,
-                }
+                FinalFailed(
+                    utterance=utt.id,
+                    reason=item.reason,
+                    answers=tuple(item.answers),
+                    duration=item.seconds,
+                    code=error.code if error is not None else "inference_failed",
+                    status=error.status if error is not None else 500,
+                    message=error.message if error is not None else str(exc),
+                    retry_after=error.headers.get("Retry-After") if error else None,
+                )
             )
             return
         seconds = len(item.audio) / SAMPLE_RATE
         logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, text)
         if self._last_final is item:
             self._last_final = None  # a flush from now on is answered by its own final
-        await self._emit(
-            {
-                "type": "final",
-                "utterance": utt.id,
-                "text": text,
-                "reason": item.reason,
-                "answers": list(item.answers),
-                "duration": item.seconds,
-            }
-        )
-
-    @staticmethod
-    def _ms(samples: int) -> int:
-        return samples * 1000 // SAMPLE_RATE
+        await self._emit(Final(utt.id, text, item.reason, tuple(item.answers), item.seconds))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..segmentation import quietest_point
-
-SAMPLE_RATE = 16000
+from ..pcm import SAMPLE_RATE, quietest_point
 
 
 class Utterance:

@@ -1,0 +1,83 @@
+"""What engines that wrap another share: forward everything to `inner`, override what
+differs (DUAL_MODEL's pair, the worker-process proxy). And the one way an engine waits on
+something outside it (a child process, an HTTP request) while its callers may leave."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+
+from .base import Engine, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .status import EngineStatus
+
+POLL = 0.05  # seconds between checks of `should_stop` while waiting
+
+
+class EngineWrapper:
+    """An engine made of another: every member is `inner`'s until a subclass says
+    otherwise."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name, self.model_id = inner.name, inner.model_id
+
+    @property
+    def device(self) -> str:
+        return self.inner.device
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        return self.inner.languages
+
+    @property
+    def word_timestamps(self) -> str:
+        return self.inner.word_timestamps
+
+    @property
+    def long_form_batches(self) -> bool:
+        return self.inner.long_form_batches
+
+    @property
+    def capacity(self) -> int:
+        return self.inner.capacity
+
+    def status(self) -> EngineStatus:
+        return self.inner.status()
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def unload(self) -> None:
+        self.inner.unload()
+
+    def batch_key(self, request: TranscribeRequest) -> Hashable | None:
+        return self.inner.batch_key(request)
+
+    def transcribe(
+        self, request: TranscribeRequest, should_stop: ShouldStop = never_stop
+    ) -> TranscribeResult:
+        return self.inner.transcribe(request, should_stop)
+
+    def transcribe_batch(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
+    ) -> list[TranscribeResult]:
+        return self.inner.transcribe_batch(requests, should_stop)
+
+
+def wait_or_cancel(
+    ready: Callable[[float], bool],
+    should_stop: ShouldStop,
+    on_stop: Callable[[], None],
+    check: Callable[[float | None], None] | None = None,
+) -> None:
+    """Block until `ready(POLL)` (which waits up to POLL seconds) is true. The first time
+    `should_stop()` says every caller has gone, `on_stop()` runs (it may raise to give up
+    at once, or ask the other side to stop). `check(stop_asked)` runs every poll and may
+    raise: the other side died, or it is overdue (`stop_asked`: when on_stop ran)."""
+    stop_asked: float | None = None
+    while not ready(POLL):
+        if stop_asked is None and should_stop():
+            stop_asked = time.monotonic()
+            on_stop()
+        if check is not None:
+            check(stop_asked)

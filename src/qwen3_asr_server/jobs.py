@@ -1,0 +1,72 @@
+"""What the scheduler queues: jobs, batch specs, admissions and the delivery of results to
+the event loop (scheduler.py is the queue and its threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+REALTIME = 0  # streaming finals
+PARTIAL = 1  # streaming partials
+BATCH = 2  # uploads
+
+
+@dataclass(order=True)
+class Job(Generic[T]):
+    priority: int
+    seq: int
+    fn: Callable[[], T] = field(compare=False)
+    future: asyncio.Future[T] = field(compare=False)
+    loop: asyncio.AbstractEventLoop = field(compare=False)
+    # The caller's context (request id for the logs) travels with the job to the thread.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context, compare=False)
+    batch: BatchSpec | None = field(default=None, compare=False)
+    queued_at: float = field(default_factory=time.monotonic, compare=False)
+    state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """Lets the worker run this job together with other waiting jobs of the same `key` and
+    priority: `run_many(items)` returns one result per item, in order."""
+
+    key: Hashable
+    item: Any
+    run_many: Callable[[list[Any]], list[Any]]
+
+
+class Admission:
+    """Admitted work counted by admission until its first job is queued (`arrived()`) or it
+    ends (`release()`); either, any number of times, counts once."""
+
+    def __init__(self, on_arrival: Callable[[], None]) -> None:
+        self._on_arrival: Callable[[], None] | None = on_arrival
+
+    def arrived(self) -> None:
+        on_arrival, self._on_arrival = self._on_arrival, None
+        if on_arrival is not None:
+            on_arrival()
+
+    release = arrived
+
+
+# The admission of the work the current task is doing (set by `admit()`).
+ADMISSION: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
+    "admission", default=None
+)
+
+
+def deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Runs on the event loop. The caller may have gone: then there is nobody to tell."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -1,0 +1,78 @@
+"""What a StreamSession tells its transport: small typed events, one per kind.
+
+Each protocol maps them to its own wire format (`api/ws_transcribe.py`: the seed's
+messages; `api/realtime_wire.py`: OpenAI's Realtime server events). Times are
+milliseconds of the session's audio; `utterance` numbers the utterances from 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """Voice detection opened an utterance (it starts up to the prefix padding earlier)."""
+
+    utterance: int
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """The end-of-utterance silence is complete (server VAD only); a commit follows."""
+
+    utterance: int
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The utterance is closed and waits for its final (`reason`: silence, max_length,
+    flush, commit, reset, or the close reason)."""
+
+    utterance: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A hypothesis of the open utterance; `text` starts with `stable_text`, which only
+    grows within an utterance."""
+
+    utterance: int
+    text: str
+    stable_text: str
+
+
+@dataclass(frozen=True)
+class Final:
+    """The committed utterance's transcript. `answers`: the flushes sent while it was
+    pending, which it answers; `duration`: the client's audio in it, in seconds, without
+    the padding the server added."""
+
+    utterance: int
+    text: str
+    reason: str
+    answers: tuple[str, ...]
+    duration: float
+
+
+@dataclass(frozen=True)
+class FinalFailed:
+    """The committed utterance could not be transcribed: the error's code, HTTP status,
+    message and Retry-After (seconds, if any), plus what its final would have answered."""
+
+    utterance: int
+    reason: str
+    answers: tuple[str, ...]
+    duration: float
+    code: str | None
+    status: int
+    message: str
+    retry_after: str | None = None
+
+
+StreamEvent = SpeechStarted | SpeechStopped | Committed | Partial | Final | FinalFailed
+Emit = Callable[[StreamEvent], Awaitable[None]]

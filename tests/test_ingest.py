@@ -1,0 +1,61 @@
+"""PcmIngest: the one place both WebSocket protocols turn client PCM into session audio."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qwen3_asr_server.streaming.ingest import PcmIngest
+from streaming_client import pcm16
+
+
+class Sink:
+    """Stands in for a StreamSession: counts what it is fed."""
+
+    def __init__(self) -> None:
+        self.samples_in = 0
+        self.fed: list[np.ndarray] = []
+
+    async def feed(self, samples: np.ndarray) -> None:
+        self.samples_in += len(samples)
+        self.fed.append(samples)
+
+
+def tone(rate: int, seconds: float) -> np.ndarray:
+    t = np.arange(int(rate * seconds)) / rate
+    return (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+async def test_16_khz_is_fed_as_it_came() -> None:
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=10)
+    audio = tone(16000, 0.5)
+    assert await ingest.feed(sink, pcm16(audio))  # type: ignore[arg-type]
+    assert np.allclose(np.concatenate(sink.fed), audio, atol=4 / 32768)  # s16 rounding
+
+
+async def test_other_rates_are_resampled_and_a_rate_change_takes_effect() -> None:
+    sink = Sink()
+    ingest = PcmIngest(8000, max_seconds=10)
+    for _ in range(10):  # 1 s at 8 kHz in 100 ms messages
+        assert await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
+    assert abs(sink.samples_in - 16000) < 1600  # the streaming resampler holds back a little
+    ingest.set_rate(24000)
+    assert ingest.rate == 24000
+    before = sink.samples_in
+    for _ in range(10):
+        await ingest.feed(sink, pcm16(tone(24000, 0.1)))  # type: ignore[arg-type]
+    assert abs(sink.samples_in - before - 16000) < 1600
+    ingest.set_rate(16000)
+    before = sink.samples_in
+    await ingest.feed(sink, pcm16(tone(16000, 0.1)))  # type: ignore[arg-type]
+    assert sink.samples_in - before == 1600
+
+
+async def test_audio_past_the_session_limit_is_refused_whole() -> None:
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=1.0)
+    assert await ingest.feed(sink, pcm16(tone(16000, 0.75)))  # type: ignore[arg-type]
+    assert not await ingest.feed(sink, pcm16(tone(16000, 0.5)))  # type: ignore[arg-type]
+    assert sink.samples_in == 12000  # nothing of the refused message was fed
+    assert await ingest.feed(sink, pcm16(tone(16000, 0.25)))  # type: ignore[arg-type]
+    assert sink.samples_in == 16000
