@@ -24,6 +24,7 @@ from .api import (
 )
 from .api import metrics as metrics_route
 from .api.deps import AppContext
+from .api.error_handlers import install_error_handlers
 from .api.middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
@@ -35,7 +36,7 @@ from .api.ui import install_ui
 from .budget import AudioBudget
 from .config import Settings
 from .engines import Engine, create_engine
-from .errors import APIError, install_error_handlers
+from .errors import APIError
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .metrics import Metrics

@@ -23,6 +23,7 @@ from .engines.base import (
     Engine,
     EngineBusyError,
     EngineCrashedError,
+    EngineInputError,
     ModelLoadError,
     TranscribeRequest,
     TranscribeResult,
@@ -273,7 +274,7 @@ class Transcriber:
             raise ServiceUnavailableError(
                 str(exc), code="backends_unavailable", retry_after=math.ceil(exc.retry_after)
             ) from exc
-        except ValueError as exc:  # the engine rejected an argument
+        except EngineInputError as exc:  # the engine refused the input (never any bug)
             raise BadRequestError(str(exc)) from exc
         except Exception as exc:
             raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from ..errors import MISSING_FIELD_422_ROUTES
+from .error_handlers import MISSING_FIELD_422_ROUTES
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",

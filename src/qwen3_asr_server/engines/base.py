@@ -20,6 +20,11 @@ class EngineCrashedError(Exception):
     """The engine's worker process died during a call (segfault, OOM kill, kill -9)."""
 
 
+class EngineInputError(Exception):
+    """The engine refused the request's input (a backend answered 400): the client's fault.
+    Any other exception from an engine is the server's (a bug is never a 400)."""
+
+
 class EngineBusyError(Exception):
     """The engine cannot take this call now (a draft model already decoding): the call is
     skipped, not queued inside the engine, where it would hold a scheduler thread."""
@@ -35,6 +40,19 @@ class BackendUnavailableError(Exception):
 
 class JobCancelledError(Exception):
     """The engine stopped early because every caller of the job had gone (`should_stop`)."""
+
+
+def engine_errors() -> dict[str, type[Exception]]:
+    """The engine errors by class name: how a worker child's error crosses the pipe."""
+    kinds = (
+        ModelLoadError,
+        EngineCrashedError,
+        EngineInputError,
+        EngineBusyError,
+        BackendUnavailableError,
+        JobCancelledError,
+    )
+    return {kind.__name__: kind for kind in kinds}
 
 
 ALIGNER_MAX_SECONDS = 180.0  # the forced aligner's limit per call (the SDK's own chunk size)

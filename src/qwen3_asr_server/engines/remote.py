@@ -45,7 +45,14 @@ from ..logging import REQUEST_ID
 from ..pcm import SAMPLE_RATE
 from ..text import parse_language
 from ..transcript import Segment
-from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .base import (
+    EngineInputError,
+    JobCancelledError,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    never_stop,
+)
 from .remote_pool import Backend, BackendPool
 from .status import EngineStatus
 from .wrapping import wait_or_cancel
@@ -256,7 +263,7 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             raise BackendFailedError(f"{type(exc).__name__}: {exc}", down=True) from exc
         if r.status_code in CLIENT_ERRORS:
-            raise ValueError(f"The backend refused the request: {_message(r)}")
+            raise EngineInputError(f"The backend refused the request: {_message(r)}")
         if r.status_code != 200:
             down = r.status_code not in BUSY
             raise BackendFailedError(f"HTTP {r.status_code}: {_message(r)}", down=down)

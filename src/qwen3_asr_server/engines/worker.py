@@ -32,10 +32,10 @@ from .base import (
     Engine,
     EngineCrashedError,
     JobCancelledError,
-    ModelLoadError,
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
+    engine_errors,
     never_stop,
 )
 from .spec import EngineSpec
@@ -213,13 +213,8 @@ class WorkerEngine(EngineWrapper):
         if status == "ok":
             return payload[0]
         kind, text = payload
-        raise {
-            "ModelLoadError": ModelLoadError,
-            "JobCancelledError": JobCancelledError,
-            "ValueError": ValueError,
-        }.get(kind, RuntimeError)(
-            text if kind in ("ModelLoadError", "ValueError") else f"{kind}: {text}"
-        )
+        known = engine_errors().get(kind)  # the child's error as the same class here
+        raise known(text) if known is not None else RuntimeError(f"{kind}: {text}")
 
     def _kill(self, process: Any, why: str) -> None:
         logger.warning("killing inference worker {}: a job {}", process.pid, why)
