@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from audio_files import av_bytes, encode, tone, wav_bytes
+from qwen3_asr_server.api.error_table import http_status, openai_body
 from qwen3_asr_server.audio import decode_audio, pcm16_to_float
 from qwen3_asr_server.errors import BadRequestError, InvalidAudioError, TooLargeError
 from qwen3_asr_server.pcm import SAMPLE_RATE
@@ -61,27 +62,31 @@ def test_resampling_keeps_duration() -> None:
 def test_empty_file_is_400() -> None:
     with pytest.raises(BadRequestError) as info:
         decode_audio(b"")
-    assert info.value.status == 400 and info.value.param == "file"
+    assert http_status(info.value) == 400 and info.value.param == "file"
 
 
 def test_garbage_is_400_invalid_audio_with_reason() -> None:
     with pytest.raises(InvalidAudioError) as info:
         decode_audio(bytes(range(256)) * 8, filename="x.wav")
-    assert (info.value.status, info.value.code, info.value.param) == (400, "invalid_audio", "file")
-    assert info.value.body()["error"]["type"] == "invalid_request_error"
+    assert (http_status(info.value), info.value.code, info.value.param) == (
+        400,
+        "invalid_audio",
+        "file",
+    )
+    assert openai_body(info.value)["error"]["type"] == "invalid_request_error"
     assert "not a supported audio format" in info.value.message
 
 
 def test_a_file_without_an_audio_stream_is_invalid_audio() -> None:
     with pytest.raises(InvalidAudioError) as info:
         decode_audio(av_bytes("mp4", "aac", seconds=0.5)[:64], filename="x.mp4")
-    assert info.value.status == 400 and info.value.code == "invalid_audio"
+    assert http_status(info.value) == 400 and info.value.code == "invalid_audio"
 
 
 def test_too_long_is_413_before_full_decode() -> None:
     with pytest.raises(TooLargeError) as info:
         decode_audio(wav_bytes(3.0), max_seconds=2.0)
-    assert info.value.status == 413
+    assert http_status(info.value) == 413
     assert "MAX_AUDIO_SECONDS" in info.value.message
 
 

@@ -1,25 +1,86 @@
-"""Errors at the right depth: the core imports no web framework, and only an engine's
-explicit input error becomes a 400 (a bug in an engine is a 500, never the client's fault).
-The engine here is a stand-in (a unit test of the service's error mapping)."""
+"""Errors at the right depth: the core imports no web framework and raises domain errors
+that know no HTTP; one table in api/ gives their statuses and OpenAI bodies; only an
+engine's explicit input error becomes a 400 (a bug in an engine is a 500, never the
+client's fault). The engine here is a stand-in (a unit test of the service's error mapping)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from qwen3_asr_server import errors
+from qwen3_asr_server.api.disconnect import ClientClosedError
+from qwen3_asr_server.api.error_table import http_headers, http_status, openai_body
 from qwen3_asr_server.audio import Audio
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines.base import EngineInputError, engine_errors
-from qwen3_asr_server.errors import APIError
+from qwen3_asr_server.errors import ServiceError
 from qwen3_asr_server.lifecycle import ModelManager
 from qwen3_asr_server.scheduler import PriorityScheduler
 from qwen3_asr_server.segmentation import Segmenter
 from qwen3_asr_server.service import Options, Transcriber
+
+INVALID, SERVER = "invalid_request_error", "server_error"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "type_", "code", "retry_after"),
+    [
+        (errors.BadRequestError("m"), 400, INVALID, None, None),
+        (errors.InvalidAudioError("m"), 400, INVALID, "invalid_audio", None),
+        (errors.AuthError("m"), 401, INVALID, "invalid_api_key", None),
+        (errors.NotFoundError("m"), 404, INVALID, "not_found", None),
+        (errors.TooLargeError("m"), 413, INVALID, "too_large", None),
+        (ClientClosedError("m"), 499, INVALID, "client_closed_request", None),
+        (errors.ServiceError("m"), 500, SERVER, None, None),
+        (errors.InferenceError("m"), 500, SERVER, "inference_failed", None),
+        (errors.NotConfiguredError("m"), 501, SERVER, "not_configured", None),
+        (errors.UpstreamError("m"), 502, SERVER, "upstream_failed", None),
+        (errors.UnavailableError("m", code="shutting_down"), 503, SERVER, "shutting_down", 1),
+        (errors.UnavailableError("m", code="x", retry_after=7), 503, SERVER, "x", 7),
+        (errors.QueueFullError(), 503, SERVER, "queue_full", 1),
+        (errors.ModelUnavailableError("m"), 503, SERVER, "model_unavailable", 10),
+        (errors.RequestTimeoutError("m"), 504, SERVER, "timeout", None),
+    ],
+)
+def test_the_table_gives_each_domain_error_its_status_body_and_headers(
+    error: ServiceError, status: int, type_: str, code: str | None, retry_after: int | None
+) -> None:
+    assert error.retry_after == retry_after
+    assert http_status(error) == status
+    message = error.message
+    assert openai_body(error) == {
+        "error": {"message": message, "type": type_, "param": None, "code": code}
+    }
+    assert http_headers(error) == ({} if retry_after is None else {"Retry-After": str(retry_after)})
+
+
+def test_the_old_names_are_the_domain_errors() -> None:
+    assert errors.APIError is errors.ServiceError
+    assert errors.ServiceUnavailableError is errors.UnavailableError
+    assert errors.BadGatewayError is errors.UpstreamError
+
+
+def test_no_domain_error_carries_http() -> None:
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, ServiceError):
+            assert not {"status", "type", "headers", "body"} & set(dir(cls)), name
+    # and nothing outside api/ reads an HTTP status, type or headers off one
+    package = Path(errors.__file__).parent
+    for path in package.rglob("*.py"):
+        if "api" in path.relative_to(package).parts:
+            continue
+        text = path.read_text()
+        reads = re.findall(r"\b(?:exc|error|err)\.(?:status|type|headers|body)\b", text)
+        assert not reads, (path, reads)
 
 
 def test_the_core_imports_no_web_framework() -> None:
@@ -62,9 +123,9 @@ async def test_only_an_explicit_input_error_is_the_clients(error: Exception, sta
     settings = Settings(_env_file=None, idle_timeout=0)  # type: ignore[call-arg]
     service = Transcriber(settings, manager, scheduler, Segmenter(30, vad=None))
     try:
-        with pytest.raises(APIError) as info:
+        with pytest.raises(ServiceError) as info:
             await service.transcribe(Audio(np.zeros(16000, np.float32), 16000), Options())
-        assert info.value.status == status
+        assert http_status(info.value) == status
     finally:
         await asyncio.to_thread(scheduler.stop)
         await manager.stop()

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from qwen3_asr_server.api.error_table import http_status
 from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest, TranscribeResult
-from qwen3_asr_server.errors import ServiceUnavailableError
+from qwen3_asr_server.errors import UnavailableError
 from qwen3_asr_server.lifecycle import ModelManager
 
 
@@ -132,10 +133,10 @@ async def test_idle_timeout_zero_never_unloads() -> None:
 async def test_failed_load_gives_503_then_recovers() -> None:
     engine = FakeEngine(failures=1)
     manager = ModelManager(engine, idle_timeout=0, retry_backoff=0.05)
-    with pytest.raises(ServiceUnavailableError) as info:
+    with pytest.raises(UnavailableError) as info:
         async with manager.use():
             pass
-    assert info.value.status == 503 and info.value.code == "model_unavailable"
+    assert http_status(info.value) == 503 and info.value.code == "model_unavailable"
     assert "MODEL_ID" in info.value.message
     assert manager.last_error is not None
     assert not manager.loaded
@@ -229,17 +230,17 @@ async def test_failed_load_answers_every_waiter_once_then_backs_off() -> None:
         try:
             async with manager.use():
                 return None
-        except ServiceUnavailableError as exc:
+        except UnavailableError as exc:
             return exc
 
     errors = await asyncio.gather(*[use() for _ in range(10)])
     assert engine.attempts == 1  # one load for all ten waiters
-    assert all(isinstance(e, ServiceUnavailableError) for e in errors)
+    assert all(isinstance(e, UnavailableError) for e in errors)
     # Within the backoff: refused at once, no new attempt, and told when to come back.
     again = await use()
-    assert isinstance(again, ServiceUnavailableError)
+    assert isinstance(again, UnavailableError)
     assert engine.attempts == 1
-    assert again.headers["Retry-After"] == "1"
+    assert again.retry_after == 1
     assert "try to load the model again" in again.message
     await asyncio.sleep(0.35)
     await use()
@@ -251,10 +252,10 @@ async def test_the_backoff_stays_capped_after_very_many_failures() -> None:
     engine = FakeEngine(failures=1)
     manager = ModelManager(engine, idle_timeout=0, retry_backoff=5.0, max_backoff=60.0)
     manager._failures = 5000  # a model that has stayed broken for days
-    with pytest.raises(ServiceUnavailableError) as info:
+    with pytest.raises(UnavailableError) as info:
         async with manager.use():
             pass
-    assert info.value.headers["Retry-After"] == "60"
+    assert info.value.retry_after == 60
 
 
 class GatedEngine(FakeEngine):
@@ -279,13 +280,13 @@ async def test_a_hung_load_answers_each_waiter_503_after_its_timeout_and_goes_on
         waiters = [asyncio.create_task(manager.use().__aenter__()) for _ in range(3)]
         errors = await asyncio.gather(*waiters, return_exceptions=True)
         for error in errors:
-            assert isinstance(error, ServiceUnavailableError), error
-            assert error.status == 503 and error.code == "model_loading"
-            assert int(error.headers["Retry-After"]) >= 1
+            assert isinstance(error, UnavailableError), error
+            assert http_status(error) == 503 and error.code == "model_loading"
+            assert error.retry_after is not None and error.retry_after >= 1
             assert "loading" in error.message and "fake-model" in error.message
         assert manager.users == 0  # every refused waiter let go of the model
         assert manager.state == "loading" and manager.load_attempts == 1
-        with pytest.raises(ServiceUnavailableError, match="has been loading for"):
+        with pytest.raises(UnavailableError, match="has been loading for"):
             async with manager.use():
                 pass
         assert manager.load_attempts == 1  # joined the same load, did not start another

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from qwen3_asr_server.api.error_table import http_headers, http_status
 from qwen3_asr_server.errors import QueueFullError, RequestTimeoutError
 from qwen3_asr_server.scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 
@@ -111,7 +112,7 @@ async def test_timeout_then_next_request_succeeds(scheduler: PriorityScheduler) 
 
     with pytest.raises(RequestTimeoutError) as info:
         await scheduler.submit(slow, timeout=0.1)
-    assert info.value.status == 504
+    assert http_status(info.value) == 504
     await asyncio.sleep(0.6)  # the slow job finishes and tries to deliver to nobody
     assert await asyncio.wait_for(scheduler.submit(lambda: "alive", timeout=5), 5) == "alive"
     assert scheduler.completed >= 2
@@ -143,8 +144,8 @@ async def test_full_queue_is_rejected_with_503() -> None:
         await asyncio.sleep(0.05)
         with pytest.raises(QueueFullError) as info:
             await sched.submit(lambda: 1)
-        assert info.value.status == 503
-        assert info.value.headers["Retry-After"]
+        assert http_status(info.value) == 503
+        assert http_headers(info.value)["Retry-After"] == "1"
         release.set()
         assert await asyncio.gather(*waiting) == [1, 1]
         await holder

@@ -17,11 +17,12 @@ import audio_files
 import speech
 from helpers import whisper_settings
 from proc import ServerProcess
-from qwen3_asr_server.api import transcriptions
+from qwen3_asr_server.api import uploads
+from qwen3_asr_server.api.error_table import http_status
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio import decode_audio, probe_seconds
 from qwen3_asr_server.budget import AudioBudget
-from qwen3_asr_server.errors import ServiceUnavailableError, TooLargeError
+from qwen3_asr_server.errors import TooLargeError, UnavailableError
 from server import live_server
 from upload_load import idle, leave_early, many_big, metric, quiet_flac, vm
 
@@ -32,14 +33,14 @@ WHISPER_PROCESS = {"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING", "PRELO
 def test_budget_reserves_refuses_with_retry_after_and_releases_once() -> None:
     budget = AudioBudget(100)
     first = budget.reserve(60)
-    with pytest.raises(ServiceUnavailableError) as refused:
+    with pytest.raises(UnavailableError) as refused:
         budget.reserve(50)
-    assert refused.value.status == 503 and refused.value.code == "audio_budget_full"
-    assert int(refused.value.headers["Retry-After"]) >= 1
+    assert http_status(refused.value) == 503 and refused.value.code == "audio_budget_full"
+    assert refused.value.retry_after is not None and refused.value.retry_after >= 1
     assert budget.in_use == 60 and budget.refused == 1
     second = budget.reserve(40)
     assert budget.full
-    with pytest.raises(ServiceUnavailableError):
+    with pytest.raises(UnavailableError):
         budget.check_room()
     first.release()
     first.release()  # a second release gives nothing back twice
@@ -47,7 +48,7 @@ def test_budget_reserves_refuses_with_retry_after_and_releases_once() -> None:
     second.grow_to(90)  # the header said 40, the decoded audio is 90
     assert budget.in_use == 90
     third = budget.reserve(5)
-    with pytest.raises(ServiceUnavailableError):
+    with pytest.raises(UnavailableError):
         second.grow_to(99)
     assert budget.in_use == 95 and second.seconds == 90  # kept what it had
     second.release()
@@ -144,7 +145,7 @@ def test_the_budget_is_released_however_the_request_ends(monkeypatch) -> None:  
         assert in_use() == 0
         assert metric(server.url, "asr_audio_budget_refusals_total") == 1
         # a container whose header gives no duration is measured after decoding
-        monkeypatch.setattr(transcriptions, "probe_seconds", lambda *a, **k: None)
+        monkeypatch.setattr(uploads, "probe_seconds", lambda *a, **k: None)
         held = server.ctx.budget.reserve(150)  # another request's share
         late = httpx.post(url, files={"file": ("a.wav", wav(60))}, timeout=60)
         assert late.status_code == 503 and late.json()["error"]["code"] == "audio_budget_full"
@@ -285,7 +286,7 @@ def test_a_lying_header_cannot_decode_past_the_budget() -> None:
         mine.grow_to(seconds)
         peak.append(budget.in_use)
 
-    with pytest.raises(ServiceUnavailableError) as refused:  # it might fit once others leave
+    with pytest.raises(UnavailableError) as refused:  # it might fit once others leave
         decode_audio(data, filename="a.webm", max_seconds=3600, reserve=grow)
     assert refused.value.code == "audio_budget_full"
     assert max(peak) <= 30 and 19 <= mine.seconds <= 20  # stopped at the first block past

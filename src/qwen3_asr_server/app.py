@@ -36,7 +36,7 @@ from .api.ui import install_ui
 from .budget import AudioBudget
 from .config import Settings
 from .engines import Engine, create_engine
-from .errors import APIError
+from .errors import ServiceError
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .metrics import Metrics
@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             if settings.preload:
                 try:
                     await manager.ensure_loaded()
-                except APIError as exc:  # stay up; the next request tries again
+                except ServiceError as exc:  # stay up; the next request tries again
                     logger.error("PRELOAD failed, serving anyway: {}", exc.message)
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield

@@ -19,7 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import APIError, BadRequestError, InvalidAudioError, TooLargeError
+from .errors import BadRequestError, InvalidAudioError, ServiceError, TooLargeError
 from .pcm import SAMPLE_RATE
 
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
@@ -77,7 +77,7 @@ def decode_audio(
     max_seconds: float | None = None,
     reserve: Reserve = _no_reserve,
 ) -> Audio:
-    """Decode any supported upload to mono float32 16 kHz, or raise an APIError (also the
+    """Decode any supported upload to mono float32 16 kHz, or raise a ServiceError (also the
     one `reserve` raises, before the block that would pass the budget is kept)."""
     size = _size(source)
     if not size:
@@ -183,7 +183,7 @@ def _decode_container(source: Source, max_seconds: float | None, reserve: Reserv
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
                 mono = _mono(block)
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
-    except APIError:  # longer than MAX_AUDIO_SECONDS, or past the budget
+    except ServiceError:  # longer than MAX_AUDIO_SECONDS, or past the budget
         raise
     except Exception as exc:
         raise InvalidAudioError(f"Could not decode the audio: {exc}", param="file") from exc
@@ -212,7 +212,7 @@ def _decode_with_av(
                     out.add(chunk.to_ndarray().reshape(-1))
             for chunk in resampler.resample(None):
                 out.add(chunk.to_ndarray().reshape(-1))
-    except APIError:  # no audio stream, longer than MAX_AUDIO_SECONDS, or past the budget
+    except ServiceError:  # no audio stream, longer than MAX_AUDIO_SECONDS, or past the budget
         raise
     except Exception as exc:
         raise InvalidAudioError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import ServiceUnavailableError, TooLargeError
+from .errors import TooLargeError, UnavailableError
 from .pcm import SAMPLE_RATE
 
 RETRY_AFTER_S = 10  # long files hold the budget for a while; a tight retry loop helps nobody
@@ -51,7 +51,7 @@ class AudioBudget:
                 param="file",
             )
         self.refused += 1
-        raise ServiceUnavailableError(
+        raise UnavailableError(
             f"The server is holding {self.in_use:.0f} s of decoded audio for other requests "
             f"(limit {self.limit:g} s, MAX_PENDING_AUDIO_SECONDS); retry shortly.",
             code="audio_budget_full",
@@ -73,7 +73,7 @@ class Reservation:
         budget = self.budget
         with budget._lock:
             if self._released:  # the request ended while its upload was still decoding
-                raise ServiceUnavailableError(
+                raise UnavailableError(
                     "The request ended before its audio was decoded.", code="request_ended"
                 )
             extra = seconds - self.seconds

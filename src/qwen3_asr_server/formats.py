@@ -7,7 +7,7 @@ import zlib
 from typing import Any
 
 from .text import language_name
-from .transcript import Segment, Transcript
+from .transcript import Segment, TokenLogprob, TokenUsage, Transcript
 
 # verbose_json's `language` is a required string in OpenAI's schema; this is what it says
 # when no language was detected (e.g. an upload of silence with language=auto).
@@ -31,14 +31,50 @@ def compression_ratio(text: str) -> float:
     return round(len(data) / len(zlib.compress(data)), 3) if data else 0.0
 
 
-def json_body(result: Transcript) -> dict[str, Any]:
-    """OpenAI's json body plus the seed's `language` (capitalised name) and `duration`."""
+def usage_body(usage: TokenUsage | None, duration: float) -> dict[str, Any]:
+    """OpenAI's `usage`: tokens where the engine counted them (Qwen), else seconds of audio."""
+    if usage is None:
+        return {"type": "duration", "seconds": math.ceil(duration)}
+    return {"type": "tokens", **token_usage_body(usage)}
+
+
+def token_usage_body(usage: TokenUsage) -> dict[str, Any]:
     return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "input_token_details": {
+            "audio_tokens": usage.audio_tokens,
+            "text_tokens": usage.text_tokens,
+        },
+    }
+
+
+def languages_body(codes: list[str]) -> list[dict[str, str]]:
+    """OpenAI's `languages`: the detected ones, in order of speech time."""
+    return [{"code": code} for code in codes]
+
+
+def logprobs_body(logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]]:
+    return [
+        {"token": t.token, "bytes": list(t.bytes), "logprob": round(t.logprob, 6)}
+        for t in logprobs or []
+    ]
+
+
+def json_body(result: Transcript, *, logprobs: bool = False) -> dict[str, Any]:
+    """OpenAI's json body (`languages` detected, `usage`, `logprobs` when asked for) plus the
+    seed's `language` (capitalised name) and `duration`."""
+    body: dict[str, Any] = {
         "text": result.text,
         "language": seed_language(result.language),
+        "languages": languages_body(result.languages),
         "duration": round(result.duration, 3),
-        "usage": {"type": "duration", "seconds": math.ceil(result.duration)},
+        "usage": usage_body(result.usage, result.duration),
     }
+    if logprobs:
+        body["logprobs"] = logprobs_body(result.logprobs)
+    return body
 
 
 def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Literal
 from loguru import logger
 
 from .engines.base import Engine, ModelLoadError
-from .errors import ServiceUnavailableError
+from .errors import UnavailableError
 
 State = Literal["unloaded", "loading", "loaded", "unloading"]
 LOADING_RETRY_AFTER_S = 10  # a waiter that gave up on a load in progress: when to come back
@@ -124,12 +124,12 @@ class ModelManager:
         except TimeoutError:
             raise self._still_loading(timeout) from None
 
-    def _still_loading(self, waited: float) -> ServiceUnavailableError:
+    def _still_loading(self, waited: float) -> UnavailableError:
         loading = self.state == "loading"
         state = (
             f"has been loading for {self.loading_for():.0f} s" if loading else f"is {self.state}"
         )
-        return ServiceUnavailableError(
+        return UnavailableError(
             f"The model {self.engine.model_id!r} {state} and was not ready within "
             f"{waited:g} s (REQUEST_TIMEOUT).{' The load goes on.' if loading else ''} "
             "Retry later (GET /health shows model_state).",
@@ -147,7 +147,7 @@ class ModelManager:
                 wait = self.retry_in()
                 if wait > 0:
                     seconds = math.ceil(wait)
-                    raise ServiceUnavailableError(
+                    raise UnavailableError(
                         f"{self.last_error} The server will try to load the model again in "
                         f"{seconds} s.",
                         code="model_unavailable",
@@ -182,7 +182,7 @@ class ModelManager:
                     f"{type(exc).__name__}: {exc}"
                 )
                 logger.opt(exception=exc).error("model load failed (retry in {:g} s)", backoff)
-            raise ServiceUnavailableError(
+            raise UnavailableError(
                 f"{self.last_error} The server will try again in {backoff:g} s.",
                 code="model_unavailable",
                 retry_after=math.ceil(backoff),

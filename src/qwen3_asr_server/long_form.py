@@ -16,7 +16,7 @@ from .pcm import SAMPLE_RATE
 from .segmentation import Span
 from .text import collapse_repetitions, join_texts
 from .timestamps import ensure_words
-from .transcript import Segment, Transcript
+from .transcript import Segment, TokenLogprob, TokenUsage, Transcript
 
 # A long file's first segment is cut at a pause within its first 10 s: it runs alone, so the
 # first SSE event comes early, while the segments behind it fill a batch.
@@ -62,6 +62,8 @@ class SegmentResult:
     engine_seconds: float
     job_seconds: float
     word_source: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    usage: TokenUsage | None = None
 
 
 def shift(
@@ -119,6 +121,8 @@ def shift(
         engine_seconds=result.engine_seconds,
         job_seconds=job_seconds,
         word_source=source,
+        logprobs=result.logprobs,
+        usage=result.usage,
     )
 
 
@@ -127,6 +131,28 @@ def overall_language(parts: list[SegmentResult], forced: str | None) -> str | No
     languages = [p.language for p in parts if p.language and p.text]
     detected = max(set(languages), key=languages.count) if languages else None
     return forced or detected or (parts[0].language if parts else None)
+
+
+def spoken_languages(parts: list[SegmentResult]) -> list[str]:
+    """The languages of the segments with text, deduplicated in order of speech time."""
+    out: list[str] = []
+    for part in parts:
+        if part.language and part.text and part.language not in out:
+            out.append(part.language)
+    return out
+
+
+def merged_logprobs(parts: list[SegmentResult]) -> list[TokenLogprob] | None:
+    if not parts or any(p.logprobs is None for p in parts if p.text):
+        return None
+    return [t for p in parts for t in p.logprobs or []]
+
+
+def merged_usage(parts: list[SegmentResult]) -> TokenUsage | None:
+    """Summed over the segments when the engine counted every one, else None."""
+    if not parts or any(p.usage is None for p in parts):
+        return None
+    return sum((p.usage for p in parts if p.usage is not None), TokenUsage())
 
 
 def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Transcript:
@@ -138,6 +164,9 @@ def merge(parts: list[SegmentResult], audio: Audio, language: str | None) -> Tra
         engine_seconds=sum(p.engine_seconds for p in parts),
         job_seconds=sum(p.job_seconds for p in parts),
         word_source=merged_word_source(parts),
+        languages=spoken_languages(parts),
+        logprobs=merged_logprobs(parts),
+        usage=merged_usage(parts),
     )
 
 

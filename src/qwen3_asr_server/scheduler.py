@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from loguru import logger
 
-from .errors import QueueFullError, RequestTimeoutError, ServiceUnavailableError
+from .errors import QueueFullError, RequestTimeoutError, UnavailableError
 from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, deliver
 
 __all__ = ["BATCH", "PARTIAL", "REALTIME", "Admission", "BatchSpec", "PriorityScheduler"]
@@ -82,7 +82,7 @@ class PriorityScheduler:
             self._cond.notify_all()
         for job in pending:
             job.state = "cancelled"
-            err = ServiceUnavailableError("The server is shutting down.", code="shutting_down")
+            err = UnavailableError("The server is shutting down.", code="shutting_down")
             job.loop.call_soon_threadsafe(deliver, job.future, None, err)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -118,7 +118,7 @@ class PriorityScheduler:
         request's end) does too, if no job ever came."""
         with self._cond:
             if self._stopping or not self._threads:
-                raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
+                raise UnavailableError("The server is shutting down.", code="shutting_down")
             if len(self._heap) + self._arriving >= self.max_queue:
                 raise QueueFullError()
             self._arriving += 1
@@ -166,7 +166,7 @@ class PriorityScheduler:
         job: Job[T] = Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
             if self._stopping or not self._threads:
-                raise ServiceUnavailableError("The server is shutting down.", code="shutting_down")
+                raise UnavailableError("The server is shutting down.", code="shutting_down")
             # unadmitted jobs (partials) count only the jobs that run before or with them:
             # queued uploads do not delay a partial, so they do not refuse it either
             if not admitted and self._ahead(priority) >= self.max_queue:

@@ -20,6 +20,16 @@ MIN_PAUSE_S = 0.25  # a pause between sentences or phrases, not a gap inside a w
 
 
 @dataclass(frozen=True)
+class CutRules:
+    """Where a long file may be cut: Silero's speech probability below `threshold` is a
+    pause, and only a pause of `min_pause_s` or more is a place to cut (a request's
+    `chunking_strategy` of type server_vad sets both)."""
+
+    threshold: float = SPEECH_THRESHOLD
+    min_pause_s: float = MIN_PAUSE_S
+
+
+@dataclass(frozen=True)
 class Span:
     start: int  # sample index, inclusive
     end: int  # sample index, exclusive
@@ -58,6 +68,7 @@ class Segmenter:
         pos: int,
         max_samples: int | None = None,
         pauses: np.ndarray | None = None,
+        rules: CutRules | None = None,
     ) -> int:
         """End of the segment that starts at `pos`: ≤ `max_samples` (default: the
         segmenter's) long, cut at a pause in its last `search_seconds`: the last of the
@@ -73,19 +84,19 @@ class Segmenter:
             if len(known):
                 return int(known[-1])
         window = samples[lo : pos + longest]
-        offset = self._vad_pause(window) if self.vad is not None else None
+        offset = self._vad_pause(window, rules or CutRules()) if self.vad is not None else None
         if offset is None:
             offset = quietest_point(window)
         return lo + max(1, offset)
 
-    def _vad_pause(self, window: np.ndarray) -> int | None:
-        """Middle of the last pause of at least MIN_PAUSE_S (the longest segments, so the
+    def _vad_pause(self, window: np.ndarray, rules: CutRules) -> int | None:
+        """Middle of the last pause of at least `min_pause_s` (the longest segments, so the
         fewest 30 s windows), else of the longest non-speech run; None if all is speech."""
         assert self.vad is not None
         probs = self.vad.stream().probs(window)
         runs: list[tuple[int, int]] = []  # (first frame, frames) of each quiet run
         start = None
-        for i, quiet in enumerate([*(probs < SPEECH_THRESHOLD).tolist(), False]):
+        for i, quiet in enumerate([*(probs < rules.threshold).tolist(), False]):
             if quiet and start is None:
                 start = i
             elif not quiet and start is not None:
@@ -93,6 +104,6 @@ class Segmenter:
                 start = None
         if not runs:
             return None
-        pauses = [r for r in runs if r[1] * FRAME >= MIN_PAUSE_S * SAMPLE_RATE]
+        pauses = [r for r in runs if r[1] * FRAME >= rules.min_pause_s * SAMPLE_RATE]
         first, frames = pauses[-1] if pauses else max(runs, key=lambda r: r[1])
         return int((first + frames / 2) * FRAME)

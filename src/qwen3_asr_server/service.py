@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ import numpy as np
 from .audio import Audio
 from .compaction import Source, compact
 from .config import Settings
+from .decoding import build_decoding, resolve_language
 from .engines.base import (
     BackendUnavailableError,
     Engine,
@@ -40,22 +40,21 @@ from .long_form import SegmentResult, merge, plan, shift
 from .metrics import Metrics
 from .pcm import SAMPLE_RATE
 from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
-from .segmentation import Segmenter, Span
-from .text import collapse_repetitions, parse_language
+from .segmentation import CutRules, Segmenter, Span
+from .text import collapse_repetitions
 from .transcript import Transcript
-
-MAX_PROMPT_CHARS = 4000
 
 
 @dataclass(frozen=True)
 class Options:
-    language: str | None = None  # ISO code from resolve_language()
-    prompt: str | None = None
-    temperature: float | None = None
-    word_timestamps: bool = False
+    """An upload's wishes. `request` says how to decode every segment: a TranscribeRequest
+    without audio (each segment's audio fills it in), so a new decoding field is added in
+    one place (`engines/base.py`) and reaches every engine call of the file."""
+
+    request: TranscribeRequest = field(default_factory=TranscribeRequest)
     priority: int = BATCH
     max_seconds: float | None = None  # a shorter segment limit (SSE_CHUNK_SECONDS)
-    segment_times: bool = True  # False: only the text is answered (json, text)
+    cut_rules: CutRules | None = None  # the request's chunking_strategy (server_vad)
 
 
 class Transcriber:
@@ -76,38 +75,14 @@ class Transcriber:
         self.scheduler = scheduler
         self.segmenter = segmenter
 
-    # -- validation --------------------------------------------------------------------
+    # -- validation (decoding.py) -------------------------------------------------------
     def resolve_language(self, value: str | None) -> str | None:
         """User input -> ISO code the engine accepts, None for auto; 400 otherwise."""
-        allowed = self.manager.engine.languages
-        try:
-            code = parse_language(value)
-        except ValueError:
-            if allowed is None and value and re.fullmatch(r"[a-z]{2,3}", value.strip().lower()):
-                return value.strip().lower()  # an engine that takes any code checks it itself
-            raise BadRequestError(
-                f"Unsupported language {value!r}. Use an ISO-639-1 code (en, zh, ...), a "
-                "language name (English) or auto.",
-                param="language",
-                code="unsupported_language",
-            ) from None
-        if code is not None and allowed is not None and code not in allowed:
-            raise BadRequestError(
-                f"The {self.manager.engine.name} model {self.manager.engine.model_id!r} does not "
-                f"support language {value!r}. Supported: {', '.join(sorted(allowed))}, or auto.",
-                param="language",
-                code="unsupported_language",
-            )
-        return code
+        return resolve_language(self.manager.engine, value)
 
-    @staticmethod
-    def check_options(prompt: str | None, temperature: float | None) -> None:
-        if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
-            raise BadRequestError(
-                f"prompt is longer than {MAX_PROMPT_CHARS} characters.", param="prompt"
-            )
-        if temperature is not None and not 0.0 <= temperature <= 1.0:
-            raise BadRequestError("temperature must be between 0 and 1.", param="temperature")
+    def decoding(self, **fields: Any) -> TranscribeRequest:
+        """The checked, audio-less request for `decoding.build_decoding`'s fields."""
+        return build_decoding(self.manager.engine, **fields)
 
     # -- transcription -----------------------------------------------------------------
     async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
@@ -120,11 +95,12 @@ class Transcriber:
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
-            aligner = options.word_timestamps and engine.word_timestamps == "aligner"
+            aligner = options.request.word_timestamps and engine.word_timestamps == "aligner"
             cuts = plan(total, self.segmenter.max_samples, aligner, options.max_seconds)
             limit, long_form = cuts.limit, cuts.long_form
-            word_source = engine.word_timestamps if options.word_timestamps else ""
-            keep = self.settings.compact_pauses_ms / 1000
+            word_source = engine.word_timestamps if options.request.word_timestamps else ""
+            # a client's chunking_strategy cuts the audio as it is: no pauses shortened first
+            keep = 0.0 if options.cut_rules else self.settings.compact_pauses_ms / 1000
             # the long pauses of a long file are shortened first: fewer windows to decode
             compacted = (
                 await asyncio.to_thread(compact, audio.samples, keep)
@@ -144,7 +120,9 @@ class Transcriber:
             try:
                 while pos < total or window:
                     while pos < total and len(window) < size:
-                        end = await self._next_cut(source, pos, first if pos == 0 else limit)
+                        end = await self._next_cut(
+                            source, pos, first if pos == 0 else limit, options.cut_rules
+                        )
                         span = Span(pos, end)
                         # a long file's first segment runs alone, even when the engine
                         # is busy and the rest is queued with it: its event comes early
@@ -161,7 +139,7 @@ class Transcriber:
                         span,
                         result,
                         seconds,
-                        options.word_timestamps,
+                        options.request.word_timestamps,
                         word_source,
                         compacted,
                     )
@@ -182,15 +160,7 @@ class Transcriber:
 
     @staticmethod
     def _request(samples: np.ndarray, options: Options, long_form: bool) -> TranscribeRequest:
-        return TranscribeRequest(
-            audio=samples,  # a view, not a copy
-            language=options.language,
-            prompt=options.prompt or None,
-            temperature=options.temperature,
-            word_timestamps=options.word_timestamps,
-            segment_times=options.segment_times,
-            long_form=long_form,
-        )
+        return replace(options.request, audio=samples, long_form=long_form)  # a view, no copy
 
     async def _segment_job(
         self,
@@ -211,7 +181,7 @@ class Transcriber:
     async def transcribe_realtime(
         self,
         audio: np.ndarray | Callable[[], np.ndarray],
-        language: str | None,
+        decoding: TranscribeRequest,
         *,
         partial: bool = False,
         draft: bool = False,
@@ -219,8 +189,9 @@ class Transcriber:
     ) -> TranscribeResult:
         """One utterance (≤ ~30 s, no cutting): a final at REALTIME priority, a partial at
         PARTIAL priority. `audio` may be a function, called when the job starts, so that a
-        partial that waited decodes the newest audio. A whisper draft also has the words'
-        probabilities (`word_probs`).
+        partial that waited decodes the newest audio. `decoding` is the session's request
+        without audio (language, prompt, keywords, candidate languages, logprobs). A whisper
+        draft also has the words' probabilities (`word_probs`).
 
         Finals are never refused for queue depth (the session was admitted; WS_MAX_SESSIONS
         and its pending-audio cap bound it); a partial is refused (QueueFullError) when
@@ -234,7 +205,7 @@ class Transcriber:
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
             # A draft (a partial) is ~4x faster on whisper, so a final rarely waits for one.
-            request = TranscribeRequest(samples, language, draft=draft, partial=partial)
+            request = replace(decoding, audio=samples, draft=draft, partial=partial)
             return engine.transcribe(request, should_stop)
 
         async with self.manager.use() as engine:
@@ -293,9 +264,11 @@ class Transcriber:
 
     async def transcribe(self, audio: Audio, options: Options) -> Transcript:
         parts = [part async for part in self.stream(audio, options)]
-        return merge(parts, audio, options.language)
+        return merge(parts, audio, options.request.language)
 
-    async def _next_cut(self, source: Source, pos: int, limit: int | None) -> int:
+    async def _next_cut(
+        self, source: Source, pos: int, limit: int | None, rules: CutRules | None
+    ) -> int:
         longest = min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
         if source.length - pos <= longest:
             return source.length
@@ -303,7 +276,7 @@ class Transcriber:
         window = source.take(pos, min(source.length, pos + longest + 1))
         try:
             cut = await asyncio.to_thread(
-                self.segmenter.next_cut, window, 0, limit, source.pauses_after(pos)
+                self.segmenter.next_cut, window, 0, limit, source.pauses_after(pos), rules
             )
         except ModelLoadError as exc:
             raise ModelUnavailableError(str(exc)) from exc

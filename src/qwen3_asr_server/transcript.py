@@ -10,6 +10,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated text token: its text, UTF-8 bytes and natural-log probability (≤ 0)."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens an engine counted for a call (OpenAI's `usage` of type `tokens`)."""
+
+    audio_tokens: int = 0  # the audio encoder's output positions fed to the decoder
+    text_tokens: int = 0  # prompt text tokens (system turn, template)
+    output_tokens: int = 0  # generated tokens
+
+    @property
+    def input_tokens(self) -> int:
+        return self.audio_tokens + self.text_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.audio_tokens + other.audio_tokens,
+            self.text_tokens + other.text_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+
 @dataclass
 class Word:
     word: str
@@ -41,3 +70,7 @@ class Transcript:
     engine_seconds: float = 0.0  # inside the engine, all segments
     job_seconds: float = 0.0  # queue wait + engine, as the caller saw it
     word_source: str | None = None  # where word times came from: native|aligner|estimate
+    # detected languages (ISO codes), deduplicated in order of speech time; [] = none known
+    languages: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None  # when asked for and the engine has them
+    usage: TokenUsage | None = None  # when the engine counts tokens

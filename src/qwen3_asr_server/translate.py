@@ -9,7 +9,7 @@ from typing import Any
 from loguru import logger
 
 from .config import Settings, redact_url
-from .errors import BadGatewayError, NotConfiguredError
+from .errors import NotConfiguredError, UpstreamError
 
 FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 TARGET_NAMES = {"zh": "Simplified Chinese", "yue": "Cantonese (Traditional Chinese characters)"}
@@ -79,7 +79,7 @@ class Translator:
             )
         except Exception as exc:
             where = redact_url(self.settings.translate_base_url or "")
-            raise BadGatewayError(
+            raise UpstreamError(
                 f"The translation model at {where} failed: {type(exc).__name__}: {str(exc)[:300]}"
             ) from exc
         content = response.choices[0].message.content if response.choices else None
@@ -111,7 +111,7 @@ class Translator:
             if parsed is not None:
                 return parsed
             logger.warning("translation reply {} did not match {} lines", attempt, len(lines))
-        raise BadGatewayError(
+        raise UpstreamError(
             f"The translation model did not return {len(lines)} translated lines (tried twice)."
         )
 

@@ -16,16 +16,15 @@ from typing import Any, TypeVar
 from fastapi import Request
 from loguru import logger
 
-from ..errors import APIError
+from ..errors import ServiceError
 
 T = TypeVar("T")
 
 
-class ClientClosedError(APIError):
-    """The client went away first; nobody reads this answer (logs and metrics do)."""
+class ClientClosedError(ServiceError):
+    """The client went away first; nobody reads this answer (logs and metrics do: 499 in
+    `api/error_table.py`)."""
 
-    status = 499
-    type = "invalid_request_error"
     code = "client_closed_request"
 
 

@@ -1,5 +1,5 @@
 """The handlers that turn every failure into OpenAI's error body (the errors themselves are
-`errors.py`)."""
+`errors.py`; their statuses and bodies, `api/error_table.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import APIError, error_body
+from ..errors import ServiceError
+from .error_table import error_body, http_headers, http_status, openai_body
 
 
 def _json(
@@ -22,10 +23,11 @@ def _json(
 
 
 async def _api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, APIError)
-    if exc.status >= 500:
-        logger.warning("{} {}: {}", exc.status, exc.code, exc.message)
-    return _json(exc.status, exc.body(), exc.headers)
+    assert isinstance(exc, ServiceError)
+    status = http_status(exc)
+    if status >= 500:
+        logger.warning("{} {}: {}", status, exc.code, exc.message)
+    return _json(status, openai_body(exc), http_headers(exc))
 
 
 # Seed-only routes (no OpenAI counterpart) where a missing required field keeps the seed's
@@ -59,6 +61,6 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Unhandled exceptions are answered by RequestContextMiddleware (api/middleware.py)."""
-    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(ServiceError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

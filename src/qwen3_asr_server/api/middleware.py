@@ -13,10 +13,11 @@ from loguru import logger
 from starlette.routing import get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import AuthError, error_body
+from ..errors import AuthError
 from ..logging import REQUEST_ID
 from ..metrics import Metrics
 from .deps import check_api_key
+from .error_table import error_body, http_status, openai_body
 
 HEADER = b"x-request-id"
 RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
@@ -153,7 +154,8 @@ class ApiKeyMiddleware:
             try:
                 check_api_key(self.api_key, authorization and authorization.decode("latin-1"))
             except AuthError as exc:
-                for message in _error_response(exc.status, exc.body(), REQUEST_ID.get()):
+                body = openai_body(exc)
+                for message in _error_response(http_status(exc), body, REQUEST_ID.get()):
                     await send(message)
                 return
         await self.app(scope, receive, send)

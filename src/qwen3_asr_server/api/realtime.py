@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
-from ..errors import APIError
+from ..errors import ServiceError
 from ..streaming.events import StreamEvent
 from ..streaming.session import StreamSession
 from .deps import AppContext
@@ -161,7 +161,7 @@ def apply_update(
     if transcription is not None and transcription.given("language"):
         try:
             changes["language"] = ctx.transcriber.resolve_language(transcription.language)
-        except APIError as exc:
+        except ServiceError as exc:
             raise MessageError("invalid_value", exc.message, path + ".language") from None
     rate = config.rate()
     sent, turn = config.turn_detection_setting()

@@ -140,8 +140,8 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
                 "content_index": 0,
                 "error": {
                     "type": "server_error",
-                    "code": event.code,
-                    "message": event.message,
+                    "code": event.error.code,
+                    "message": event.error.message,
                     "param": None,
                 },
             }

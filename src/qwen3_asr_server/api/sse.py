@@ -9,7 +9,8 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from loguru import logger
 
-from ..errors import APIError, error_body
+from ..errors import ServiceError
+from .error_table import error_body, http_status, openai_body
 
 DONE = b"data: [DONE]\n\n"
 
@@ -28,9 +29,9 @@ async def guarded(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
     try:
         async for payload in events:
             yield event(payload)
-    except APIError as exc:
-        logger.warning("stream failed: {} {}", exc.status, exc.message)
-        yield event(exc.body())
+    except ServiceError as exc:
+        logger.warning("stream failed: {} {}", http_status(exc), exc.message)
+        yield event(openai_body(exc))
         return
     except Exception as exc:
         logger.opt(exception=exc).error("stream failed")

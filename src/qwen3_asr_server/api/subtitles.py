@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from ..errors import BadRequestError
 from ..formats import to_srt, to_vtt
-from ..service import Options
 from ..subtitles import build_cues, cue_rules, cue_segments
 from ..transcript import Segment
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
-from .transcriptions import read_upload
+from .forms import SubtitleForm
+from .uploads import read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -33,28 +33,20 @@ def check_accurate(ctx: AppContext) -> None:
 
 @router.post("/v1/audio/subtitles")
 async def create_subtitles(
-    file: Annotated[UploadFile, File(description="The audio file to subtitle.")],
+    form: Annotated[SubtitleForm, Form()],
     ctx: Annotated[AppContext, Depends(get_ctx)],
     request: Request,
-    model: Annotated[str | None, Form()] = None,
-    language: Annotated[str | None, Form()] = None,
-    prompt: Annotated[str | None, Form()] = None,
-    mode: Annotated[Literal["fast", "accurate"], Form()] = "fast",
-    max_line_chars: Annotated[int, Form(ge=10, le=200)] = 42,
-    response_format: Annotated[Literal["srt", "vtt"], Form()] = "srt",
 ) -> Response:
     """fast: each segment's time spread over its words by length. accurate: word times from
     the forced aligner (Qwen) or the engine's own (whisper)."""
-    code = ctx.transcriber.resolve_language(language)
-    ctx.transcriber.check_options(prompt, None)
-    if mode == "accurate":
+    options = form.to_options(ctx.transcriber)
+    if form.mode == "accurate":
         check_accurate(ctx)
-    audio = await read_upload(ctx, request, file)
-    options = Options(code, prompt, None, word_timestamps=mode == "accurate")
+    audio = await read_upload(ctx, request, form.file)
     result = await unless_client_leaves(request, ctx.transcriber.transcribe(audio, options))
-    cues = build_cues(result.segments, cue_rules(ctx.settings, max_line_chars))
+    cues = build_cues(result.segments, cue_rules(ctx.settings, form.max_line_chars))
     segments = cue_segments(cues)
-    return subtitle_response(segments, response_format, "subtitles")
+    return subtitle_response(segments, form.response_format, "subtitles")
 
 
 def subtitle_response(segments: list[Segment], response_format: str, name: str) -> Response:

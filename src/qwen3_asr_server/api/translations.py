@@ -7,21 +7,21 @@ Subtitles keep their cue count, indices and timing: the cue texts are translated
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..errors import BadRequestError
 from ..formats import language_label
-from ..service import Options
 from ..subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
 from ..text import language_name, parse_language, split_words
 from ..translate import target_name
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
+from .forms import TranslationForm
 from .subtitles import subtitle_response
-from .transcriptions import read_upload
+from .uploads import read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -42,26 +42,19 @@ def resolve_target(value: str | None) -> str:
 
 @router.post("/v1/audio/translations")
 async def create_translation(
-    file: Annotated[UploadFile, File(description="The audio file to translate.")],
+    form: Annotated[TranslationForm, Form()],
     ctx: Annotated[AppContext, Depends(get_ctx)],
     request: Request,
-    model: Annotated[str | None, Form()] = None,
-    prompt: Annotated[str | None, Form()] = None,
-    response_format: Annotated[Literal["json", "text", "srt", "vtt"], Form()] = "json",
-    temperature: Annotated[float | None, Form()] = None,
-    language: Annotated[str | None, Form(description="Target language (default en).")] = None,
-    max_line_chars: Annotated[int, Form(ge=10, le=200)] = 42,
 ) -> Response:
     ctx.translator.require()
-    code = resolve_target(language)
+    code = resolve_target(form.language)
     target = target_name(code, language_name(code))
-    ctx.transcriber.check_options(prompt, temperature)
-    audio = await read_upload(ctx, request, file)
-    result = await unless_client_leaves(
-        request, ctx.transcriber.transcribe(audio, Options(None, prompt, temperature))
-    )
+    options = form.to_options(ctx.transcriber)
+    audio = await read_upload(ctx, request, form.file)
+    result = await unless_client_leaves(request, ctx.transcriber.transcribe(audio, options))
+    response_format = form.response_format
     if response_format in ("srt", "vtt"):
-        rules = cue_rules(ctx.settings, max_line_chars)
+        rules = cue_rules(ctx.settings, form.max_line_chars)
         cues = build_cues(result.segments, rules)
         lines = [" ".join(c.lines) for c in cues]
         texts = await unless_client_leaves(request, ctx.translator.lines(lines, target))

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import WebSocket
 from loguru import logger
 
+from ..engines.base import TranscribeRequest
 from ..errors import AuthError
 from ..streaming.agreement import Draft
 from ..streaming.events import Emit
@@ -121,7 +122,11 @@ def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSess
 
     async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str | Draft:
         result = await ctx.transcriber.transcribe_realtime(
-            audio, language, partial=partial, draft=partial, background=session.client_gone
+            audio,
+            TranscribeRequest(language=language),
+            partial=partial,
+            draft=partial,
+            background=session.client_gone,
         )
         return Draft(result.word_probs) if result.word_probs is not None else result.text
 

@@ -9,11 +9,12 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
-from ..errors import APIError
+from ..errors import ServiceError
 from ..streaming.events import Final, FinalFailed, Partial, StreamEvent
 from ..streaming.ingest import PcmIngest
 from ..streaming.session import StreamSession
 from .deps import AppContext
+from .error_table import http_status
 from .ws_common import (
     Outbox,
     base_config,
@@ -72,13 +73,13 @@ def answer_texts(event: Final) -> list[str]:
 def final_error(event: FinalFailed) -> dict[str, Any]:
     """A final that failed, in the seed's error shape, with the failure's own status:
     503 (no backend, model unavailable, shutting down) and 504 (timeout) are retryable."""
-    status = int(event.status)
+    status = http_status(event.error)
     retryable = status in (503, 504)
     code = {503: "TRANSCRIPTION_UNAVAILABLE", 504: "TRANSCRIPTION_TIMEOUT"}
-    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event.message, status)
+    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event.error.message, status)
     body["retryable"] = retryable
-    if retryable and event.retry_after:
-        body["retry_after"] = int(event.retry_after)
+    if retryable and event.error.retry_after is not None:
+        body["retry_after"] = event.error.retry_after
     return body
 
 
@@ -127,7 +128,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         return
     try:
         language = ctx.transcriber.resolve_language(query.get("language"))
-    except APIError as exc:
+    except ServiceError as exc:
         await refuse(websocket, error("UNSUPPORTED_LANGUAGE", exc.message, 400), 1003)
         return
     use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
@@ -201,7 +202,7 @@ async def handle_action(
         if action.given("language"):
             try:
                 changes["language"] = ctx.transcriber.resolve_language(action.language)
-            except APIError as exc:
+            except ServiceError as exc:
                 await outbox.put(error("UNSUPPORTED_LANGUAGE", exc.message, 400))
                 return
         if action.given("use_server_vad"):

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..transcript import Segment
+from ..transcript import Segment, TokenLogprob, TokenUsage
 from .status import EngineStatus
 
 
@@ -67,7 +67,7 @@ def never_stop() -> bool:
 
 @dataclass(frozen=True)
 class TranscribeRequest:
-    audio: np.ndarray  # mono float32, 16 kHz
+    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))  # 16 kHz mono
     language: str | None = None  # ISO-639-1 code, None = detect
     prompt: str | None = None
     temperature: float | None = None
@@ -80,6 +80,9 @@ class TranscribeRequest:
     # One segment of a longer file: decoded the same way alone or in a batch, so that the
     # file's text does not depend on how its segments happened to be grouped.
     long_form: bool = False
+    keywords: tuple[str, ...] = ()  # words or phrases to bias recognition towards
+    languages: tuple[str, ...] = ()  # candidate ISO codes for detection; () = any
+    logprobs: bool = False  # wanted: each generated text token's log probability
 
 
 @dataclass
@@ -90,6 +93,8 @@ class TranscribeResult:
     engine_seconds: float = 0.0  # time spent inside the engine
     # A draft's words, each with the lowest probability of its tokens (None: not known)
     word_probs: list[tuple[str, float]] | None = None
+    logprobs: list[TokenLogprob] | None = None  # when the request asked and the engine can
+    usage: TokenUsage | None = None  # when the engine counts tokens
 
 
 class Engine(Protocol):

@@ -21,8 +21,9 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
-from .qwen_guard import GenerationGuard, token_budget
+from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
 from .qwen_load import choose_attention, choose_dtype, load_checkpoint, quantize_int8
+from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
 from .status import EngineStatus
 from .word_times import words_from_items
 
@@ -141,7 +142,8 @@ class QwenEngine:
         aligner = self._load_aligner(kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
-        self._guard = GenerationGuard(model.model, pad)
+        audio_token = model.processor.tokenizer.convert_tokens_to_ids("<|audio_pad|>")
+        self._guard = GenerationGuard(model.model, pad, audio_token)
         self._model = model
         self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
@@ -199,50 +201,65 @@ class QwenEngine:
         started = time.perf_counter()
         texts: list[str] = [""] * len(requests)
         languages: list[str | None] = [None] * len(requests)
+        records: list[RowRecord] = [RowRecord() for _ in requests]
         # Items of similar length share a call: upstream saw mixed-length batches corrupt
         # the shorter item on GPU (QwenLM/Qwen3-ASR#207).
         for group in duration_groups([len(r.audio) for r in requests]):
-            results = self._decode([requests[i] for i in group], should_stop)
-            for i, result in zip(group, results, strict=True):
+            results, seen = self._decode([requests[i] for i in group], should_stop)
+            for i, result, record in zip(group, results, seen, strict=True):
                 # Clean repetitions before alignment, so that words and text agree.
                 texts[i] = collapse_repetitions((result.text or "").strip())
                 languages[i] = language_code(result.language) or requests[i].language
+                records[i] = record
         words = self._align(requests, texts, languages, should_stop)
         share = (time.perf_counter() - started) / len(requests)
+        tokenizer = self._model.processor.tokenizer
         out = []
         for i, request in enumerate(requests):
             segment = Segment(0.0, len(request.audio) / SAMPLE_RATE, texts[i], words.get(i, []))
+            logprobs = text_logprobs(tokenizer, records[i], EOS_IDS) if request.logprobs else None
             out.append(
                 TranscribeResult(
                     text=texts[i],
                     language=languages[i],
                     segments=[segment] if texts[i] else [],
                     engine_seconds=share,
+                    logprobs=logprobs,
+                    usage=usage(records[i]),
                 )
             )
         return out
 
-    def _decode(self, requests: list[TranscribeRequest], should_stop: ShouldStop) -> list[Any]:
+    def _decode(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop
+    ) -> tuple[list[Any], list[RowRecord]]:
         assert self._model is not None and self._guard is not None
-        budgets = [token_budget(len(r.audio) / SAMPLE_RATE, self._max_new_tokens) for r in requests]
-        self._model.max_new_tokens = max(budgets)
-        with self._guard.limits(budgets, should_stop) as hit:
+        tokenizer = self._model.processor.tokenizer
+        rows = []
+        for r in requests:
+            budget = token_budget(len(r.audio) / SAMPLE_RATE, self._max_new_tokens)
+            names = [language_name(c) or c for c in r.languages] if not r.language else []
+            headers = header_ids(tokenizer, names) if names else None
+            rows.append(RowSpec(budget, headers, r.logprobs))
+        self._model.max_new_tokens = max(row.budget for row in rows)
+        with self._guard.limits(rows, should_stop) as state:
             # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
             results: list[Any] = self._model.transcribe(
                 audio=[(padded(r.audio), SAMPLE_RATE) for r in requests],
-                context=[r.prompt or "" for r in requests],
+                context=[context(r.prompt, r.keywords) for r in requests],
                 language=[language_name(r.language) for r in requests],
             )
         if should_stop():
             raise JobCancelledError("every caller of this job has gone")
-        for index in sorted(hit):
+        for index in sorted(state.hit):
             logger.warning(
                 "the decode of {:.1f} s of audio hit its budget of {} tokens without an end "
                 "token (noise, or a broken checkpoint?); its text is cut there",
                 len(requests[index].audio) / SAMPLE_RATE,
-                budgets[index],
+                rows[index].budget,
             )
-        return results
+        records = state.records if len(state.records) == len(requests) else []
+        return results, records or [RowRecord() for _ in requests]
 
     def _align(
         self,
@@ -274,6 +291,12 @@ class QwenEngine:
                 continue
             out[i] = words
         return out
+
+
+def context(prompt: str | None, keywords: tuple[str, ...]) -> str:
+    """The SDK's `context` (the chat's system turn): the prompt, then the keywords as one
+    comma-separated line. Qwen3-ASR reads it as background that biases recognition."""
+    return "\n".join(part for part in (prompt or "", ", ".join(keywords)) if part)
 
 
 def padded(audio: np.ndarray) -> np.ndarray:

@@ -16,8 +16,9 @@ No backend ever gets more than its REMOTE_MAX_INFLIGHT: while some are down, the
 the survivors' slots wait for one (`backend_waiting` in /health).
 Each job goes to the backend with the fewest jobs in flight (round robin among equals). A
 backend that refuses, times out or drops a connection is taken out of the rotation and
-probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL); the job is retried once on
-another backend. With every backend down the job fails with BackendUnavailableError (503).
+probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL: the pool and its Prober are
+`remote_pool.py`); the job is retried once on another backend. With every backend down the
+job fails with BackendUnavailableError (503).
 
 Auth: REMOTE_API_KEY goes to every backend as a bearer token. Credentials in a backend's URL
 (`http://user:pass@host/v1`) go to that backend as HTTP Basic auth instead (one request has
@@ -53,7 +54,7 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
-from .remote_pool import Backend, BackendPool
+from .remote_pool import Backend, BackendPool, Prober, response_message
 from .status import EngineStatus
 from .wrapping import wait_or_cancel
 
@@ -83,16 +84,6 @@ def encode_wav(samples: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def _message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        error = body.get("error", body) if isinstance(body, dict) else body
-        text = error.get("message") if isinstance(error, dict) else None
-        return str(text or body)[:300]
-    except ValueError:
-        return response.text[:300]
-
-
 class RemoteEngine:
     name = "remote"
 
@@ -116,7 +107,7 @@ class RemoteEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client: httpx.AsyncClient | None = None
-        self._prober: asyncio.Task[None] | None = None
+        self._prober: Prober | None = None
 
     # -- what the server shows ---------------------------------------------------------
     @property
@@ -183,53 +174,20 @@ class RemoteEngine:
         self._client = httpx.AsyncClient(
             timeout=self._timeout, limits=limits, headers=self._headers
         )
-        await asyncio.gather(*(self._probe(b) for b in self.backends))
-        self._prober = asyncio.create_task(self._probe_loop())
+        on_model = None if self._model else self._found_model
+        self._prober = Prober(self.pool, self._client, self._probe_timeout, on_model)
+        await self._prober.start()
 
     async def _close(self) -> None:
         if self._prober is not None:
-            self._prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
+            await self._prober.stop()
         if self._client is not None:
             await self._client.aclose()
         self._client = self._prober = None
 
-    # -- health ------------------------------------------------------------------------
-    async def _probe_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            due = self.pool.due(time.monotonic())
-            if due:
-                await asyncio.gather(*(self._probe(b) for b in due))
-
-    async def _probe(self, backend: Backend) -> None:
-        """GET /v1/models (or /health beside it): any answer but 401/403/5xx means up."""
-        assert self._client is not None
-        timeout, headers = self._probe_timeout, backend.headers
-        try:
-            r = await self._client.get(f"{backend.url}/models", timeout=timeout, headers=headers)
-            if r.status_code == 404:
-                root = backend.url.removesuffix("/v1")
-                r = await self._client.get(f"{root}/health", timeout=timeout, headers=headers)
-        except httpx.HTTPError as exc:
-            self.pool.mark_down(backend, f"unreachable: {type(exc).__name__}: {exc}")
-            return
-        if r.status_code in (401, 403):
-            what = (
-                "the credentials in REMOTE_BACKENDS" if backend.authorization else "REMOTE_API_KEY"
-            )
-            self.pool.mark_down(backend, f"HTTP {r.status_code}: check {what}")
-            return
-        if r.status_code >= 500:
-            self.pool.mark_down(backend, f"HTTP {r.status_code}: {_message(r)}")
-            return
-        model = None
-        if r.status_code == 200 and not self._model:
-            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-                model = str(r.json()["data"][0]["id"])
-        self.pool.mark_up(backend, model)
-        if model and self.model_id == "remote":
+    def _found_model(self, model: str) -> None:
+        """A backend named its model (no REMOTE_MODEL set): the first one names this engine."""
+        if self.model_id == "remote":
             self.model_id = model
 
     # -- jobs --------------------------------------------------------------------------
@@ -263,10 +221,10 @@ class RemoteEngine:
         except httpx.HTTPError as exc:
             raise BackendFailedError(f"{type(exc).__name__}: {exc}", down=True) from exc
         if r.status_code in CLIENT_ERRORS:
-            raise EngineInputError(f"The backend refused the request: {_message(r)}")
+            raise EngineInputError(f"The backend refused the request: {response_message(r)}")
         if r.status_code != 200:
             down = r.status_code not in BUSY
-            raise BackendFailedError(f"HTTP {r.status_code}: {_message(r)}", down=down)
+            raise BackendFailedError(f"HTTP {r.status_code}: {response_message(r)}", down=down)
         try:
             body = r.json()
             return {"text": str(body["text"]), "language": body.get("language")}

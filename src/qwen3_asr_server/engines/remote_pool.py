@@ -1,22 +1,39 @@
-"""The remote engine's backends: their state, the choice of one per job, and the backoff of
-the ones that are down. Thread-safe (the scheduler's threads and the HTTP loop share it)."""
+"""The remote engine's backends: their state, the choice of one per job, the backoff of the
+ones that are down (BackendPool: thread-safe, the scheduler's threads and the HTTP loop share
+it) and the health probes that keep their states current (Prober, on the HTTP loop)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import httpx
 from loguru import logger
 
 from ..config import redact_url
 from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
 
 POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot
+PROBE_TICK = 0.2  # seconds between two looks for backends whose probe is due
+
+
+def response_message(response: httpx.Response) -> str:
+    """A backend's error answer, short: OpenAI's `error.message`, else the body."""
+    try:
+        body = response.json()
+        error = body.get("error", body) if isinstance(body, dict) else body
+        text = error.get("message") if isinstance(error, dict) else None
+        return str(text or body)[:300]
+    except ValueError:
+        return response.text[:300]
 
 
 def split_credentials(url: str) -> tuple[str, str | None]:
@@ -174,3 +191,69 @@ class BackendPool:
         return BackendUnavailableError(
             f"No remote backend could take the job. Backends: {states}.{detail}", retry
         )
+
+
+class Prober:
+    """Probes the pool's backends on the HTTP loop: each once at start, then each again when
+    its probe is due (`BackendPool.due`: every probe interval while up, with backoff while
+    down). `on_model` (None when REMOTE_MODEL is set) hears the model id a backend names."""
+
+    def __init__(
+        self,
+        pool: BackendPool,
+        client: httpx.AsyncClient,
+        timeout: float,
+        on_model: Callable[[str], None] | None,
+    ) -> None:
+        self.pool = pool
+        self._client = client
+        self._timeout = timeout
+        self._on_model = on_model
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Probe every backend once, then keep probing (a task on the running loop)."""
+        await asyncio.gather(*(self.probe(b) for b in self.pool.backends))
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(PROBE_TICK)
+            due = self.pool.due(time.monotonic())
+            if due:
+                await asyncio.gather(*(self.probe(b) for b in due))
+
+    async def probe(self, backend: Backend) -> None:
+        """GET /v1/models (or /health beside it): any answer but 401/403/5xx means up."""
+        timeout, headers = self._timeout, backend.headers
+        try:
+            r = await self._client.get(f"{backend.url}/models", timeout=timeout, headers=headers)
+            if r.status_code == 404:
+                root = backend.url.removesuffix("/v1")
+                r = await self._client.get(f"{root}/health", timeout=timeout, headers=headers)
+        except httpx.HTTPError as exc:
+            self.pool.mark_down(backend, f"unreachable: {type(exc).__name__}: {exc}")
+            return
+        if r.status_code in (401, 403):
+            what = (
+                "the credentials in REMOTE_BACKENDS" if backend.authorization else "REMOTE_API_KEY"
+            )
+            self.pool.mark_down(backend, f"HTTP {r.status_code}: check {what}")
+            return
+        if r.status_code >= 500:
+            self.pool.mark_down(backend, f"HTTP {r.status_code}: {response_message(r)}")
+            return
+        model = None
+        if r.status_code == 200 and self._on_model is not None:
+            with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                model = str(r.json()["data"][0]["id"])
+        self.pool.mark_up(backend, model)
+        if model and self._on_model is not None:
+            self._on_model(model)

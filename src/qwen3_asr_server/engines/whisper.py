@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Hashable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from .base import (
 from .status import EngineStatus
 from .whisper_batch import batched_decode, to_segment
 from .whisper_draft import MAX_DRAFT_S, draft_words
+from .whisper_extras import fitted_prompt, hotwords, pick_language, token_logprobs
 
 BUNDLED = "whisper-tiny.en"
 
@@ -123,7 +125,9 @@ class WhisperEngine:
         if should_stop():  # nobody waits any more: do not start
             raise JobCancelledError("every caller of this job has gone")
         started = time.perf_counter()
-        language = request.language or ("en" if self.english_only else None)
+        language = self._language(request)
+        if language != request.language:  # chosen among the candidates: batch-able now
+            request = replace(request, language=language, languages=())
         if self._drafts(request, language):
             assert language is not None
             words = draft_words(self._model, request.audio, language)
@@ -137,14 +141,15 @@ class WhisperEngine:
                 word_probs=words,
             )
         if request.long_form and language is not None:  # the batched decoder needs a language
-            return self._batch([request], should_stop)[0]
+            return self._with_logprobs(request, self._batch([request], should_stop)[0])
         # One temperature: deterministic output, and no temperature-fallback re-decodes (up
         # to six per window) that multiply CPU latency. An explicit temperature samples.
         temperature = request.temperature or 0.0
         pieces, info = self._model.transcribe(
             request.audio,
             language=language,
-            initial_prompt=request.prompt or None,
+            initial_prompt=fitted_prompt(request.prompt, request.keywords),
+            hotwords=hotwords(request.keywords),
             temperature=temperature,
             beam_size=1 if request.partial else self._beam_size,  # the final replaces it
             word_timestamps=request.word_timestamps,
@@ -152,12 +157,33 @@ class WhisperEngine:
             condition_on_previous_text=False,
         )
         segments = [s for s in _collect(pieces, should_stop) if s.text]
-        return TranscribeResult(
+        result = TranscribeResult(
             text=" ".join(s.text for s in segments),
             language=info.language,
             segments=segments,
             engine_seconds=time.perf_counter() - started,
         )
+        return self._with_logprobs(request, result)
+
+    def _language(self, request: TranscribeRequest) -> str | None:
+        """The forced language; else the likeliest candidate (`languages`); else None
+        (detect). An English-only model is always English."""
+        if request.language or self.english_only:
+            return request.language or "en"
+        if request.languages:
+            return pick_language(self._model, request.audio, request.languages)
+        return None
+
+    def _with_logprobs(
+        self, request: TranscribeRequest, result: TranscribeResult
+    ) -> TranscribeResult:
+        if request.logprobs and result.segments:
+            result.logprobs = token_logprobs(
+                self._model, request.audio, result.segments, result.language
+            )
+        elif request.logprobs:
+            result.logprobs = []
+        return result
 
     def _drafts(self, request: TranscribeRequest, language: str | None) -> bool:
         """A streaming partial with a known language and plain options: a short window.
@@ -166,6 +192,8 @@ class WhisperEngine:
             request.draft
             and language is not None
             and not request.prompt
+            and not request.keywords
+            and not request.logprobs
             and not request.temperature
             and not request.word_timestamps
             and len(request.audio) <= MAX_DRAFT_S * SAMPLE_RATE
@@ -178,6 +206,7 @@ class WhisperEngine:
         return (
             language,
             request.prompt,
+            request.keywords,
             request.temperature,
             request.word_timestamps,
             request.segment_times,
@@ -189,7 +218,8 @@ class WhisperEngine:
         """Several ≤30 s requests with the same options in one batched decode."""
         if len(requests) == 1:
             return [self.transcribe(requests[0], should_stop)]
-        return self._batch(requests, should_stop)
+        results = self._batch(requests, should_stop)
+        return [self._with_logprobs(r, result) for r, result in zip(requests, results, strict=True)]
 
     def _batch(
         self, requests: list[TranscribeRequest], should_stop: ShouldStop

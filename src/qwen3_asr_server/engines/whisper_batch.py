@@ -15,6 +15,7 @@ import numpy as np
 from ..pcm import SAMPLE_RATE, quietest_point
 from ..transcript import Segment, Word
 from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult
+from .whisper_extras import fitted_prompt, hotwords
 
 TAIL_MIN_S = 1.0  # speech after a clip's last segment that is decoded once more
 
@@ -100,7 +101,8 @@ def decode_clips(
     pieces, _ = pipeline.transcribe(
         np.concatenate(audios),
         language=first.language or "en",
-        initial_prompt=first.prompt or None,
+        initial_prompt=fitted_prompt(first.prompt, first.keywords),
+        hotwords=hotwords(first.keywords),
         temperature=first.temperature or 0.0,
         beam_size=beam_size,
         word_timestamps=first.word_timestamps,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..errors import ServiceError
+
 
 @dataclass(frozen=True)
 class SpeechStarted:
@@ -61,17 +63,14 @@ class Final:
 
 @dataclass(frozen=True)
 class FinalFailed:
-    """The committed utterance could not be transcribed: the error's code, HTTP status,
-    message and Retry-After (seconds, if any), plus what its final would have answered."""
+    """The committed utterance could not be transcribed: why (a domain error; each protocol
+    says it in its own words), plus what its final would have answered."""
 
     utterance: int
     reason: str
     answers: tuple[str, ...]
     duration: float
-    code: str | None
-    status: int
-    message: str
-    retry_after: str | None = None
+    error: ServiceError
 
 
 StreamEvent = SpeechStarted | SpeechStopped | Committed | Partial | Final | FinalFailed

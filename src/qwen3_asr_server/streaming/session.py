@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..errors import APIError
+from ..errors import InferenceError, ServiceError
 from ..pcm import SAMPLE_RATE
 from ..vad import FRAME, SileroModel
 from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
@@ -269,7 +269,7 @@ class StreamSession:
             hypothesis = await self._transcribe(
                 lambda: utt.tail(window_s), self.config.language, True
             )
-        except APIError as exc:  # queue full / timeout: skip this partial, keep going
+        except ServiceError as exc:  # queue full / timeout: skip this partial, keep going
             logger.debug("partial skipped: {}", exc.message)
         except Exception as exc:
             logger.opt(exception=exc).warning("partial failed")
@@ -320,7 +320,7 @@ class StreamSession:
             # Finals are never refused for queue depth; this is a failure (no backend, a
             # timeout, the model cannot load): the client hears why and whether to retry.
             logger.opt(exception=exc).error("final transcription failed")
-            error = exc if isinstance(exc, APIError) else None
+            error = exc if isinstance(exc, ServiceError) else InferenceError(str(exc))
             if self._last_final is item:
                 self._last_final = None
             await self._emit(
@@ -329,10 +329,7 @@ class StreamSession:
                     reason=item.reason,
                     answers=tuple(item.answers),
                     duration=item.seconds,
-                    code=error.code if error is not None else "inference_failed",
-                    status=error.status if error is not None else 500,
-                    message=error.message if error is not None else str(exc),
-                    retry_after=error.headers.get("Retry-After") if error else None,
+                    error=error,
                 )
             )
             return

@@ -1,0 +1,185 @@
+"""The upload routes' form fields: one pydantic model per route family, taken with
+`Annotated[Form, Form()]`, and one conversion each to the service's `Options`.
+
+A field that every upload route shares is declared once (`UploadForm`); the language, prompt
+and temperature are checked in one place (`UploadForm.options`) before any audio is read."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Literal
+
+from fastapi import UploadFile
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import BadRequestError
+from ..segmentation import CutRules
+from ..service import Options, Transcriber
+
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+GRANULARITIES = {"word", "segment"}
+STREAMABLE = ("json", "text")  # OpenAI streams these; others answer the normal body
+
+
+class UploadForm(BaseModel):
+    """What every upload route takes."""
+
+    file: UploadFile = Field(description="The audio file.")
+    model: str | None = Field(
+        None, description="Accepted for compatibility: the served model always answers."
+    )
+    language: str | None = Field(None, description="ISO-639-1 code, a name, or auto.")
+    prompt: str | None = None
+
+    def options(self, transcriber: Transcriber, **fields: Any) -> Options:
+        """The service's request, once every field is checked (400 otherwise)."""
+        return Options(transcriber.decoding(language=self.language, prompt=self.prompt, **fields))
+
+
+class ChunkingStrategy(BaseModel):
+    """OpenAI's `chunking_strategy` of type server_vad: how a long file is cut here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"]
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(200, ge=0, le=5000)
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+
+    def cut_rules(self) -> CutRules:
+        return CutRules(threshold=self.threshold, min_pause_s=self.silence_duration_ms / 1000)
+
+
+class TranscriptionForm(UploadForm):
+    """POST /v1/audio/transcriptions: OpenAI's fields plus the seed's `return_timestamps`."""
+
+    response_format: ResponseFormat = "json"
+    temperature: float | None = None
+    timestamp_granularities: list[str] | None = Field(None, alias="timestamp_granularities[]")
+    stream: bool = False
+    return_timestamps: bool = False
+    keywords: list[str] | None = Field(None, alias="keywords[]")
+    languages: list[str] | None = Field(None, alias="languages[]")
+    include: list[str] | None = Field(None, alias="include[]")
+    chunking_strategy: str | None = Field(None, description='"auto" or a JSON object.')
+    chunking_type: str | None = Field(None, alias="chunking_strategy[type]")
+    chunking_threshold: str | None = Field(None, alias="chunking_strategy[threshold]")
+    chunking_prefix: str | None = Field(None, alias="chunking_strategy[prefix_padding_ms]")
+    chunking_silence: str | None = Field(None, alias="chunking_strategy[silence_duration_ms]")
+
+    def granularities(self) -> set[str]:
+        chosen = {v.strip() for v in self.timestamp_granularities or [] if v.strip()}
+        unknown = chosen - GRANULARITIES
+        if unknown:
+            raise BadRequestError(
+                f"Unknown timestamp granularity {sorted(unknown)[0]!r}; use word or segment.",
+                param="timestamp_granularities",
+            )
+        return chosen
+
+    def logprobs(self) -> bool:
+        """include[]=logprobs: json only (and its stream), as OpenAI documents."""
+        unknown = {v for v in self.include or [] if v != "logprobs"}
+        if unknown:
+            raise BadRequestError(
+                f"Unknown include value {sorted(unknown)[0]!r}; the only one is logprobs.",
+                param="include",
+            )
+        if self.include and self.response_format != "json":
+            raise BadRequestError(
+                "include[]=logprobs works only with response_format=json.", param="include"
+            )
+        return bool(self.include)
+
+    def chunking(self) -> CutRules | None:
+        """None for "auto" or nothing: the server's own cuts at pauses."""
+        fields = {
+            "type": self.chunking_type,
+            "threshold": self.chunking_threshold,
+            "prefix_padding_ms": self.chunking_prefix,
+            "silence_duration_ms": self.chunking_silence,
+        }
+        given = {k: v for k, v in fields.items() if v is not None}
+        raw = (self.chunking_strategy or "").strip()
+        if raw and raw != "auto":
+            try:
+                loaded = json.loads(raw)
+            except ValueError:
+                loaded = None
+            if not isinstance(loaded, dict):
+                raise BadRequestError(
+                    'chunking_strategy must be "auto" or an object {"type": "server_vad", ...}.',
+                    param="chunking_strategy",
+                )
+            given = {**loaded, **given}
+        if not given:
+            return None
+        try:
+            return ChunkingStrategy.model_validate(given).cut_rules()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise BadRequestError(
+                f"chunking_strategy.{where}: {first['msg']}", param="chunking_strategy"
+            ) from None
+
+    def streams(self) -> bool:
+        """stream=true for a format that cannot stream answers the normal body, as OpenAI
+        does (LiteLLM sends stream=true with verbose_json)."""
+        return self.stream and self.response_format in STREAMABLE
+
+    def words(self) -> bool:
+        verbose_words = "word" in self.granularities() and self.response_format == "verbose_json"
+        return self.return_timestamps or verbose_words
+
+    def to_options(self, transcriber: Transcriber) -> Options:
+        words = self.words()
+        text_only = self.response_format in STREAMABLE and not words
+        options = self.options(
+            transcriber,
+            languages=self.languages,
+            keywords=self.keywords,
+            temperature=self.temperature,
+            logprobs=self.logprobs(),
+            word_timestamps=words,
+            segment_times=not text_only,
+        )
+        return replace(options, cut_rules=self.chunking())
+
+
+class SeedStreamForm(UploadForm):
+    """POST /v1/audio/transcriptions/stream: the seed's SSE endpoint."""
+
+    temperature: float | None = None
+    return_timestamps: bool = False
+
+    def to_options(self, transcriber: Transcriber) -> Options:
+        return self.options(
+            transcriber, temperature=self.temperature, word_timestamps=self.return_timestamps
+        )
+
+
+class SubtitleForm(UploadForm):
+    """POST /v1/audio/subtitles: the seed's subtitle endpoint."""
+
+    mode: Literal["fast", "accurate"] = "fast"
+    max_line_chars: int = Field(42, ge=10, le=200)
+    response_format: Literal["srt", "vtt"] = "srt"
+
+    def to_options(self, transcriber: Transcriber) -> Options:
+        return self.options(transcriber, word_timestamps=self.mode == "accurate")
+
+
+class TranslationForm(UploadForm):
+    """POST /v1/audio/translations: `language` is the target (default en), as the seed had
+    it; the source language is detected."""
+
+    language: str | None = Field(None, description="Target language (default en).")
+    response_format: Literal["json", "text", "srt", "vtt"] = "json"
+    temperature: float | None = None
+    max_line_chars: int = Field(42, ge=10, le=200)
+
+    def to_options(self, transcriber: Transcriber) -> Options:
+        """The source language is detected: the form's `language` is the target."""
+        return Options(transcriber.decoding(prompt=self.prompt, temperature=self.temperature))

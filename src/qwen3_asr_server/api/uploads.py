@@ -1,0 +1,46 @@
+"""Reading an uploaded file: bounded, within the decoded-audio budget, decoded off the event
+loop. Every upload route reads its file here."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Request, UploadFile
+
+from ..audio import Audio, check_duration, decode_audio, probe_seconds
+from ..errors import TooLargeError
+from .deps import AppContext
+from .middleware import on_request_end
+
+
+async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Audio:
+    """Read (bounded) and decode an uploaded file off the event loop, within the
+    decoded-audio budget (MAX_PENDING_AUDIO_SECONDS), held until the request ends.
+
+    A full queue or a spent budget refuses the upload first: decoding a file that cannot be
+    queued would spend CPU and memory on work that is thrown away. The duration is taken
+    from the container's header before decoding, and the reservation grows with the
+    decoded audio, block by block: a header that lies (or says nothing) is refused at the
+    first block past the budget."""
+    # MAX_QUEUE is checked here, once; the upload's segments are then admitted
+    on_request_end(request.scope, ctx.scheduler.admit().release)
+    ctx.budget.check_room()
+    limit = ctx.settings.max_upload_bytes
+    if (file.size or 0) > limit:  # the body limit middleware already cut bigger bodies
+        raise TooLargeError(
+            f"The file is larger than the {ctx.settings.max_upload_mb:g} MB limit (MAX_UPLOAD_MB).",
+            param="file",
+        )
+    # Read from the spooled file (on disk past 1 MB), not a bytes copy held in memory.
+    kind = {"content_type": file.content_type, "filename": file.filename}
+    estimate = await asyncio.to_thread(probe_seconds, file.file, **kind)
+    check_duration(estimate or 0.0, ctx.settings.max_audio_seconds)  # 413, not a 503 to retry
+    reservation = ctx.budget.reserve(estimate or 0.0)
+    on_request_end(request.scope, reservation.release)
+    return await asyncio.to_thread(
+        decode_audio,
+        file.file,
+        **kind,
+        max_seconds=ctx.settings.max_audio_seconds,
+        reserve=reservation.grow_to,  # on the decoding thread (the budget is thread-safe)
+    )
