@@ -1,6 +1,9 @@
 """Regenerate the committed speech fixtures in tests/data/speech with espeak-ng.
 
-    apt-get install espeak-ng && python scripts/make_speech_fixtures.py
+    apt-get install espeak-ng && python scripts/make_speech_fixtures.py [--names]
+
+`--names` writes only the rare-name clips (`names_*.wav`, `names.json`: each clip's text and
+the keywords that name what is rare in it), which bench/keywords.py measures keywords with.
 
 Writes 16 kHz mono 16-bit WAVs and `transcripts.json`. `make test` does not need espeak-ng:
 the WAVs are committed. Output is deterministic for a given espeak-ng version.
@@ -33,6 +36,27 @@ SENTENCES = [
     "This server turns speech into text very quickly.",
     "My favorite color is blue and my sister likes green.",
 ]
+
+
+# Sentences with names and terms a small model rarely spells right, and the keywords for them.
+NAMES = [
+    ("Please send the report to Siobhan Nakamura before Friday.", ["Siobhan Nakamura"]),
+    ("We deployed the new cluster with Kubernetes and Terraform.", ["Kubernetes", "Terraform"]),
+    ("Doctor Oyelaran will see you in room twelve.", ["Oyelaran"]),
+    ("The Qwen model runs on the Ampere servers.", ["Qwen", "Ampere"]),
+    ("Call Xiomara at the Hradec Kralove office.", ["Xiomara", "Hradec Kralove"]),
+    ("Grzegorz fixed the bug in the Postgres replica.", ["Grzegorz", "Postgres"]),
+]
+
+
+def names() -> None:
+    table = {}
+    for i, (sentence, keywords) in enumerate(NAMES, start=1):
+        name = f"names_{i:02d}.wav"
+        write(name, np.concatenate([silence(0.2), speak(sentence), silence(0.2)]))
+        table[name] = {"text": sentence, "keywords": keywords}
+    (OUT / "names.json").write_text(json.dumps(table, indent=2) + "\n")
+    print(f"wrote {len(table)} name clips to {OUT}")
 
 
 def speak(text: str, voice: str = "en-us", speed: int = 150) -> np.ndarray:
@@ -88,4 +112,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    names() if "--names" in sys.argv[1:] else main()

@@ -60,7 +60,7 @@ def test_json_response_has_the_documented_fields(server: LiveServer) -> None:
     assert float(timing["engine"]) > 0
     body = raw.http_response.json()
     check_transcription(body)
-    assert set(body) == {"text", "language", "duration", "usage"}
+    assert set(body) == {"text", "language", "languages", "duration", "usage"}
     assert isinstance(body["text"], str)
     assert body["duration"] == pytest.approx(2.0, abs=0.01)
     assert body["usage"] == {"type": "duration", "seconds": 2}

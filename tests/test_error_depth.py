@@ -62,12 +62,6 @@ def test_the_table_gives_each_domain_error_its_status_body_and_headers(
     assert http_headers(error) == ({} if retry_after is None else {"Retry-After": str(retry_after)})
 
 
-def test_the_old_names_are_the_domain_errors() -> None:
-    assert errors.APIError is errors.ServiceError
-    assert errors.ServiceUnavailableError is errors.UnavailableError
-    assert errors.BadGatewayError is errors.UpstreamError
-
-
 def test_no_domain_error_carries_http() -> None:
     for name in dir(errors):
         cls = getattr(errors, name)

@@ -78,9 +78,3 @@ class RequestTimeoutError(ServiceError):
 
 class InferenceError(ServiceError):
     code = "inference_failed"
-
-
-# The earlier names, still imported by some modules and tests.
-APIError = ServiceError
-ServiceUnavailableError = UnavailableError
-BadGatewayError = UpstreamError

@@ -29,11 +29,11 @@ from .engines.base import (
     TranscribeResult,
 )
 from .errors import (
-    APIError,
     BadRequestError,
     InferenceError,
     ModelUnavailableError,
-    ServiceUnavailableError,
+    ServiceError,
+    UnavailableError,
 )
 from .lifecycle import ModelManager
 from .long_form import SegmentResult, merge, plan, shift
@@ -233,16 +233,16 @@ class Transcriber:
                 batch=batch,
                 admitted=admitted,
             )
-        except APIError:  # queue full, timeout, shutting down
+        except ServiceError:  # queue full, timeout, shutting down
             raise
         except ModelLoadError as exc:  # e.g. a worker process restarted by this call
             raise ModelUnavailableError(str(exc)) from exc
         except EngineBusyError as exc:  # only partials: skipped by the session
-            raise ServiceUnavailableError(str(exc), code="engine_busy") from exc
+            raise UnavailableError(str(exc), code="engine_busy") from exc
         except EngineCrashedError as exc:
-            raise ServiceUnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
+            raise UnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
         except BackendUnavailableError as exc:
-            raise ServiceUnavailableError(
+            raise UnavailableError(
                 str(exc), code="backends_unavailable", retry_after=math.ceil(exc.retry_after)
             ) from exc
         except EngineInputError as exc:  # the engine refused the input (never any bug)

@@ -199,8 +199,10 @@ class RemoteEngine:
             form["model"] = model
         if request.language:
             form["language"] = request.language
-        if request.prompt:
-            form["prompt"] = request.prompt
+        # vLLM has no keywords field: they join the prompt, as Qwen's context takes them
+        prompt = "\n".join(p for p in (request.prompt, ", ".join(request.keywords)) if p)
+        if prompt:
+            form["prompt"] = prompt
         if request.temperature is not None:
             form["temperature"] = f"{request.temperature:g}"
         return form
