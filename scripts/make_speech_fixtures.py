@@ -1,6 +1,11 @@
 """Regenerate the committed speech fixtures in tests/data/speech with espeak-ng.
 
-    apt-get install espeak-ng && python scripts/make_speech_fixtures.py [--names]
+    apt-get install espeak-ng && python scripts/make_speech_fixtures.py [--names|--speakers]
+
+`--speakers` writes only the speaker clips: `meeting.wav` (three espeak-ng voices in
+alternating turns with 0.7 s gaps and one 0.4 s overlap), `meeting.json` (who spoke when, and
+what), and one 3-6 s reference clip per voice (`voice_*.wav`, other sentences), for the
+diarization tests and bench/diarize.py.
 
 `--names` writes only the rare-name clips (`names_*.wav`, `names.json`: each clip's text and
 the keywords that name what is rare in it), which bench/keywords.py measures keywords with.
@@ -59,6 +64,50 @@ def names() -> None:
     print(f"wrote {len(table)} name clips to {OUT}")
 
 
+VOICES = {"m3": "en+m3", "f4": "en+f4", "m1": "en-us+m1"}
+TURNS = [
+    ("m3", "Good morning everyone, thanks for joining the weekly planning meeting today."),
+    ("f4", "Thanks. I want to start with the release schedule for the mobile application."),
+    ("m1", "Before that, can we review the budget numbers from last quarter please?"),
+    ("m3", "Sure, the budget came in about ten percent under what we had planned."),
+    ("f4", "That is good news. It gives us room to hire another engineer this spring."),
+    ("m1", "I agree, and we should also look at the testing infrastructure costs."),
+    ("m3", "Let us write that down as an action item for next week."),
+    ("f4", "Great. Then the release can move forward at the end of the month."),
+]
+REFERENCES = {
+    "m3": "My favorite color is blue and my sister likes green.",
+    "f4": "The children played football in the park after school.",
+    "m1": "Turn left at the next corner and walk straight ahead.",
+}
+OVERLAP_BEFORE = 4  # this turn starts 0.4 s before the one before it ends
+
+
+def speakers() -> None:
+    truth, pos = [], int(0.3 * RATE)
+    clips = [(voice, text, speak(text, VOICES[voice])) for voice, text in TURNS]
+    total = pos + sum(len(c) + int(0.7 * RATE) for _, _, c in clips)
+    mix = np.zeros(total, dtype=np.float32)
+    for i, (voice, text, clip) in enumerate(clips):
+        if i == OVERLAP_BEFORE:
+            pos -= int(1.1 * RATE)  # back over the 0.7 s gap and 0.4 s of the last turn
+        mix[pos : pos + len(clip)] += clip
+        truth.append(
+            {"speaker": voice, "start": pos / RATE, "end": (pos + len(clip)) / RATE, "text": text}
+        )
+        pos += len(clip) + int(0.7 * RATE)
+    write("meeting.wav", 0.9 * mix[:pos] / max(1.0, float(np.abs(mix).max())))
+    (OUT / "meeting.json").write_text(json.dumps(truth, indent=2) + "\n")
+    for voice, text in REFERENCES.items():
+        write(
+            f"voice_{voice}.wav",
+            np.concatenate([silence(0.2), speak(text, VOICES[voice]), silence(0.2)]),
+        )
+    print(
+        f"wrote meeting.wav ({pos / RATE:.1f} s, {len(truth)} turns) and {len(REFERENCES)} voices"
+    )
+
+
 def speak(text: str, voice: str = "en-us", speed: int = 150) -> np.ndarray:
     wav = subprocess.run(
         ["espeak-ng", "-v", voice, "-s", str(speed), "--stdout", text],
@@ -114,4 +163,9 @@ def main() -> None:
 if __name__ == "__main__":
     import sys
 
-    names() if "--names" in sys.argv[1:] else main()
+    if "--names" in sys.argv[1:]:
+        names()
+    elif "--speakers" in sys.argv[1:]:
+        speakers()
+    else:
+        main()

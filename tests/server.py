@@ -59,6 +59,11 @@ class LiveServer:
     def ctx(self):  # type: ignore[no-untyped-def]
         return self.app.state.ctx
 
+    @property
+    def engine(self):  # type: ignore[no-untyped-def]
+        """The engine the test gave the app, inside the speaker-diarizing wrapper."""
+        return self.ctx.manager.engine.inner
+
     def get(self, path: str, **kwargs: object) -> httpx.Response:
         return httpx.get(self.url + path, timeout=60, **kwargs)  # type: ignore[arg-type]
 

@@ -59,3 +59,30 @@ async def test_audio_past_the_session_limit_is_refused_whole() -> None:
     assert sink.samples_in == 12000  # nothing of the refused message was fed
     assert await ingest.feed(sink, pcm16(tone(16000, 0.25)))  # type: ignore[arg-type]
     assert sink.samples_in == 16000
+
+
+async def test_g711_is_decoded_then_resampled_like_8_khz_pcm() -> None:
+    """μ-law and A-law bytes (one a sample) give the 16 kHz audio 8 kHz PCM gives, within
+    G.711's quantisation; a switch of encoding mid-session takes effect."""
+    from qwen3_asr_server import g711
+
+    audio = tone(8000, 1.0)
+    pcm_sink = Sink()
+    await PcmIngest(8000, max_seconds=10).feed(pcm_sink, pcm16(audio))  # type: ignore[arg-type]
+    reference = np.concatenate(pcm_sink.fed)
+    for law in ("mulaw", "alaw"):
+        sink = Sink()
+        ingest = PcmIngest(8000, max_seconds=10, encoding=law)  # type: ignore[arg-type]
+        data = g711.encode(audio, law)  # type: ignore[arg-type]
+        assert len(data) == 8000
+        for i in range(0, len(data), 800):
+            assert await ingest.feed(sink, data[i : i + 800])  # type: ignore[arg-type]
+        fed = np.concatenate(sink.fed)
+        assert abs(len(fed) - len(reference)) <= 160
+        n = min(len(fed), len(reference))
+        assert np.abs(fed[:n] - reference[:n]).max() < 0.02  # 8-bit log quantisation
+    ingest = PcmIngest(24000, max_seconds=10)
+    ingest.set_rate(8000, "mulaw")
+    sink = Sink()
+    assert await ingest.feed(sink, g711.encode(audio, "mulaw"))  # type: ignore[arg-type]
+    assert ingest.encoding == "mulaw" and sum(map(len, sink.fed)) > 0

@@ -12,6 +12,7 @@ import pytest
 from qwen3_asr_server.api.error_table import http_status
 from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest, TranscribeResult
 from qwen3_asr_server.errors import UnavailableError
+from qwen3_asr_server.hub_fetch import BackgroundDownload
 from qwen3_asr_server.lifecycle import ModelManager
 
 
@@ -336,3 +337,76 @@ def test_a_request_during_a_hung_load_gets_503_model_loading_then_is_served() ->
             time.sleep(0.1)
         r = post()
         assert r.status_code == 200 and "quick" in r.json()["text"].lower(), r.text
+
+
+# -- the background download (issue 33) -----------------------------------------------------
+class GatedDownload(BackgroundDownload):
+    """A download whose transfer is a gate: no network, no files. It fails `failures` times
+    first."""
+
+    def __init__(self, failures: int = 0) -> None:
+        super().__init__(["test-org/model"], retry_backoff=0.05, max_backoff=0.1)
+        self.gate = threading.Event()
+        self.failures_left = failures
+        self.bytes_total = 1000
+
+    def _fetch_all(self) -> None:
+        self.bytes_done = 400
+        if self.failures_left > 0:
+            self.failures_left -= 1
+            raise ConnectionError("network is unreachable")
+        self.gate.wait(30)
+        self.bytes_done = self.bytes_total
+
+    def _poll(self) -> None:  # progress is set by the fake transfer
+        pass
+
+
+async def test_requests_during_a_download_get_503_at_once_and_preload_loads_after_it() -> None:
+    engine = FakeEngine()
+    download = GatedDownload()
+    manager = ModelManager(engine, idle_timeout=0, download=download, load_timeout=30)
+    await manager.start(preload=True)
+    try:
+        deadline = time.monotonic() + 30
+        while download.bytes_done == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        started = time.monotonic()
+        with pytest.raises(UnavailableError) as info:
+            async with manager.use():
+                pass
+        assert time.monotonic() - started < 1  # never waits on the download
+        assert info.value.code == "model_downloading" and http_status(info.value) == 503
+        assert "40% done" in info.value.message and info.value.retry_after >= 1  # type: ignore[operator]
+        assert engine.attempts == 0
+        download.gate.set()
+        await asyncio.wait_for(download.finished.wait(), 30)
+        deadline = time.monotonic() + 30
+        while not manager.loaded and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert manager.loaded and engine.loads == 1  # PRELOAD, right after the download
+        assert download.status()["state"] == "done"
+    finally:
+        download.gate.set()
+        await manager.stop()
+
+
+async def test_a_failed_download_is_shown_and_retried_with_the_backoff() -> None:
+    engine = FakeEngine()
+    download = GatedDownload(failures=2)
+    download.gate.set()
+    manager = ModelManager(engine, idle_timeout=0, download=download)
+    await manager.start()
+    try:
+        deadline = time.monotonic() + 30
+        while download.failures == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        status = download.status()
+        assert status["failures"] >= 1 and status["error"]
+        await asyncio.wait_for(download.finished.wait(), 30)
+        assert download.failures == 2 and download.done and download.error is None
+        async with manager.use():
+            pass
+        assert engine.loads == 1
+    finally:
+        await manager.stop()

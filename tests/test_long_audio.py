@@ -108,7 +108,7 @@ def test_every_sentence_is_kept_in_every_format(server: LiveServer, response_for
 
 
 def test_each_cut_is_one_engine_job_of_at_most_30_s(server: LiveServer) -> None:
-    engine: Recording = server.ctx.manager.engine
+    engine: Recording = server.engine
     before = len(engine.calls)
     create(server, LONG)
     calls = engine.calls[before:]

@@ -159,7 +159,8 @@ def test_qwen_logprobs_join_to_the_text(qwen: LiveServer) -> None:
     result = transcribe(qwen, clip="sentence_02.wav", language="en", include=["logprobs"])
     assert result.logprobs is not None
     assert all(item.logprob <= 0 for item in result.logprobs)
-    assert joined(result.logprobs).strip() == result.text
+    # random weights write control characters; the text's whitespace is normalised
+    assert joined(result.logprobs).split() == result.text.split()
 
 
 def test_qwen_keywords_reach_the_models_prompt(

@@ -18,8 +18,8 @@ from starlette.routing import Mount
 
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.config import redact_url
 from qwen3_asr_server.engines.remote_pool import BackendPool, split_credentials
+from qwen3_asr_server.redact import redact_url
 from server import LiveServer, live_server
 
 KEY = "k3y"
@@ -132,6 +132,24 @@ def test_only_the_listed_routes_are_open_and_a_new_route_needs_the_key() -> None
     for _, path in OPEN:
         documented = "/ui/static/" if path.startswith("/ui/static/") else path
         assert f"`{documented}`" in text, path
+
+
+@pytest.mark.slow
+def test_a_client_secret_opens_no_http_route() -> None:
+    """An `ek_` key (POST /v1/realtime/client_secrets) opens the /v1/realtime WebSocket
+    only: on every HTTP route it is a wrong key, client_secrets itself included."""
+    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
+        minted = httpx.post(
+            srv.url + "/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"}
+        )
+        secret = minted.json()["value"]
+        assert secret.startswith("ek_")
+        auth = {"Authorization": f"Bearer {secret}"}
+        for route in sorted(http_routes(srv) - OPEN):
+            response = httpx.request(route[0], srv.url + route[1], headers=auth, timeout=30)
+            assert response.status_code == 401, route
+            error = response.json()["error"]
+            assert error["code"] == "invalid_api_key" and "client secret" in error["message"]
 
 
 def preflight(srv: LiveServer, origin: str) -> httpx.Response:

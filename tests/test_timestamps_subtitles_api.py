@@ -76,7 +76,7 @@ def test_qwen_word_timestamps_monotonic_and_inside_the_audio(
 
 
 def test_aligner_loads_lazily_and_unloads_with_the_model(qwen_aligned: LiveServer) -> None:
-    engine = qwen_aligned.ctx.manager.engine
+    engine = qwen_aligned.engine
     words_of(qwen_aligned, "sentence_01.wav", language="en")
     assert engine._aligner is not None
     import asyncio

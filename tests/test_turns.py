@@ -117,3 +117,31 @@ def test_a_flush_pads_the_last_part_frame_and_counts_it_as_padding() -> None:
     utt, padded = turns.take()
     assert utt is not None and utt.length == FRAME * 4 and padded == FRAME - 100
     assert turns.pos == FRAME * 4
+
+
+def test_idle_timeout_after_that_much_silence_without_an_utterance() -> None:
+    """Server VAD with idle_timeout_ms: an IdleTimeout (a new item number, the silent span)
+    after that long with no speech, counted from the end of the last speech; none without
+    VAD or without a timeout."""
+    from qwen3_asr_server.streaming.turns import IdleTimeout
+
+    turns = TurnDetector(StreamConfig(idle_timeout_ms=1000, end_silence_ms=500))
+    per_second = -(-16000 // FRAME)
+    flat = [e for step in steps(turns, [False] * per_second) for e in step]
+    assert len(flat) == 1 and isinstance(flat[0], IdleTimeout)
+    assert (flat[0].utterance, flat[0].start_ms) == (1, 0)
+    assert flat[0].end_ms == per_second * FRAME * 1000 // 16000
+    steps(turns, [True] * 10)  # speech: utterance 2, ended by 500 ms of silence
+    silent = 0
+    while not any(isinstance(e, TurnEnded) for e in turns.step(frame(0.0), False)):
+        silent += 1
+    turns.take()  # as the session does at once
+    spoken_end = turns.pos - (silent + 1) * FRAME
+    # the idle span starts at the last speech, so it ends 1 s after it, not after the commit
+    events = [e for step in steps(turns, [False] * per_second) for e in step]
+    [idle] = [e for e in events if isinstance(e, IdleTimeout)]
+    assert idle.utterance == 3 and idle.start_ms == spoken_end * 1000 // 16000
+    assert 1000 <= idle.end_ms - idle.start_ms <= 1000 + FRAME * 1000 // 16000
+    for config in (StreamConfig(), StreamConfig(use_vad=False, idle_timeout_ms=1000)):
+        quiet = TurnDetector(config)
+        assert not any(steps(quiet, [False] * per_second * 3))

@@ -222,6 +222,33 @@ def test_upload_streams_segments_and_downloads_srt(
     shot(page, "06-upload-error")
 
 
+def test_speakers_switch_shows_turns_and_labels_subtitles(
+    server: LiveServer, make_page: Any, tmp_path: Path
+) -> None:
+    """Three espeak-ng voices (tests/data/speech/meeting.wav): each turn shows its speaker,
+    coloured, and the VTT download carries voice tags."""
+    page = make_page(server.url).open("/ui")
+    page.set_input_files("#file", str(SPEECH / "meeting.wav"))
+    page.locator("#speakers").check()
+    page.locator("#upload-start").click()
+    page.wait_for_selector("#upload-status[data-state=done]", timeout=120_000)
+    shot(page, "07-speakers")
+    speakers = page.locator("#segments li").evaluate_all(
+        "items => items.map(i => i.dataset.speaker)"
+    )
+    assert speakers[:3] == ["A", "B", "C"] and set(speakers) == {"A", "B", "C"}, speakers
+    colours = page.locator("#segments li .speaker").evaluate_all(
+        "els => els.map(e => getComputedStyle(e).color)"
+    )
+    assert len(set(colours)) == 3
+    with page.expect_download(timeout=120_000) as info:
+        page.locator("#dl-vtt").click()
+    path = tmp_path / "out.vtt"
+    info.value.save_as(path)
+    vtt = path.read_text()
+    assert "<v A>" in vtt and "<v B>" in vtt and "<v C>" in vtt
+
+
 def test_keyboard_and_phone_width(server: LiveServer, make_page: Any) -> None:
     page = make_page(server.url, width=390, height=844).open()
     shot(page, "07-phone")
@@ -252,9 +279,26 @@ def test_keyboard_and_phone_width(server: LiveServer, make_page: Any) -> None:
     shot(page, "08-phone-upload-done")
 
 
+# Records the subprotocols of every WebSocket the page opens (where a key would travel).
+WS_SPY = """(() => {
+  const Native = window.WebSocket;
+  window.__wsProtocols = [];
+  window.WebSocket = function (url, protocols) {
+    window.__wsProtocols.push([String(url), [].concat(protocols || [])]);
+    return new Native(url, protocols);
+  };
+  Object.assign(window.WebSocket, Native);
+  window.WebSocket.prototype = Native.prototype;
+})();"""
+
+
 def test_api_key(make_page: Any) -> None:
+    """With API_KEY set the page asks for the key; uploads send it, and the live microphone
+    mints a client secret with it and opens /v1/realtime with that `ek_` secret only."""
     with live_server(create_app(whisper_settings(api_key=API_KEY, preload=True))) as srv:
-        page = make_page(srv.url).open()
+        made = make_page(srv.url)
+        made.context.add_init_script(WS_SPY)
+        page = made.open()
         page.wait_for_selector("#key-panel:visible")
         shot(page, "09-api-key-asked")
         page.fill("#api-key", API_KEY)
@@ -264,7 +308,17 @@ def test_api_key(make_page: Any) -> None:
         page.locator("#upload-start").click()
         page.wait_for_selector("#upload-status[data-state=done]")
         assert "lazy dog" in page.locator("#segments").inner_text().lower()
-        texts = run_live(page, finals=1)
+        texts = run_live(page, finals=2)
         assert texts and texts[0].strip()
         shot(page, "10-api-key-works")
         assert page.locator("#live-error").is_hidden()
+        score = wer([TRANSCRIPTS[LIVE_WAV.name]], [" ".join(texts)])
+        assert score < 0.6, (score, texts)  # two of its three sentences, or more
+        opened = page.evaluate("window.__wsProtocols")
+        assert [url.split("?")[0].removeprefix("ws://") for url, _ in opened] == [
+            f"127.0.0.1:{srv.port}/v1/realtime"
+        ]
+        protocols = opened[0][1]
+        assert protocols[0] == "realtime" and protocols[1].startswith("openai-insecure-api-key.ek_")
+        assert all(API_KEY not in url + " ".join(p) for url, p in opened)
+        assert any(r.endswith("/v1/realtime/client_secrets") for r in made.requests)

@@ -132,7 +132,9 @@ def test_a_hung_job_is_killed_with_its_worker_then_jobs_run(tiny_qwen_dir: Path)
             status = post(proc, wav_bytes(0.5)).status_code
             assert status in (200, 504)
         assert status == 200
-        assert health(proc)["worker"]["restarts"] == 1
+        # a fresh worker that times out during its imports (REQUEST_TIMEOUT=2 on a busy machine)
+        # is restarted again: at least the one restart, and a different worker serves
+        assert health(proc)["worker"]["restarts"] >= 1 and health(proc)["worker"]["pid"] != pid
 
 
 def test_a_load_failure_in_the_worker_is_a_503_with_the_reason(tmp_path: Path) -> None:

@@ -168,6 +168,8 @@ def test_config_echoes_the_language_as_the_seed_did(server: LiveServer) -> None:
             "status": "configured",
             "language": "en",
             "use_server_vad": False,
+            "prompt": None,
+            "keywords": [],
         }
 
 

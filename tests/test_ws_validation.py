@@ -110,16 +110,80 @@ REALTIME_BAD = [
         f"{GA_INPUT}.format.rate",
     ),
     (
-        "mu-law format",
-        ga_input(format={"type": "audio/pcmu"}),
+        "unknown format",
+        ga_input(format={"type": "audio/opus"}),
         "invalid_value",
         f"{GA_INPUT}.format.type",
     ),
     (
-        "beta g711 format",
-        beta_update(input_audio_format="g711_ulaw"),
+        "mu-law at 16 kHz",
+        ga_input(format={"type": "audio/pcmu", "rate": 16000}),
+        "invalid_value",
+        f"{GA_INPUT}.format",
+    ),
+    (
+        "beta unknown format",
+        beta_update(input_audio_format="g722"),
         "invalid_value",
         "session.input_audio_format",
+    ),
+    (
+        "realtime session type",
+        json.dumps(
+            {"type": "session.update", "event_id": "evt_bad", "session": {"type": "realtime"}}
+        ),
+        "invalid_value",
+        "session.type",
+    ),
+    (
+        "transcription turned off",
+        ga_input(transcription=None),
+        "invalid_value",
+        f"{GA_INPUT}.transcription",
+    ),
+    (
+        "unknown include",
+        json.dumps(
+            {"type": "session.update", "event_id": "evt_bad", "session": {"include": ["x"]}}
+        ),
+        "invalid_value",
+        "session.include.0",
+    ),
+    (
+        "too many keywords",
+        ga_input(transcription={"keywords": [f"w{i}" for i in range(101)]}),
+        "invalid_value",
+        f"{GA_INPUT}.transcription.keywords",
+    ),
+    (
+        "unknown candidate language",
+        ga_input(transcription={"languages": ["en", "klingon"]}),
+        "invalid_value",
+        f"{GA_INPUT}.transcription.languages",
+    ),
+    (
+        "prompt a number",
+        beta_update(input_audio_transcription={"prompt": 5}),
+        "invalid_value",
+        "session.input_audio_transcription.prompt",
+    ),
+    (
+        "unknown delay",
+        ga_input(transcription={"delay": "slow"}),
+        "invalid_value",
+        f"{GA_INPUT}.transcription.delay",
+    ),
+    (
+        "unknown eagerness",
+        ga_input(turn_detection={"type": "semantic_vad", "eagerness": "eager"}),
+        "invalid_value",
+        f"{GA_INPUT}.turn_detection.eagerness",
+    ),
+    (
+        "idle timeout too short",
+        ga_input(turn_detection={"type": "server_vad", "idle_timeout_ms": 10}),
+        "invalid_value",
+        f"{GA_INPUT}.turn_detection.idle_timeout_ms",
     ),
     (
         "session is a list",
@@ -222,7 +286,10 @@ def test_realtime_unknown_fields_are_ignored_and_both_shapes_apply(server: LiveS
             "threshold": 0.7,
             "prefix_padding_ms": 0,
             "silence_duration_ms": 800,
+            "create_response": True,  # accepted and echoed; no responses are made
         }
+        assert audio_in["noise_reduction"] == {"type": "near_field"}  # echoed, not applied
+        assert audio_in["transcription"]["model"] == "gpt-4o-transcribe"
         beta = {
             "input_audio_format": "pcm16",
             "input_audio_transcription": {"model": "whisper-1", "language": None},

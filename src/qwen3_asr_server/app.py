@@ -14,6 +14,7 @@ from loguru import logger
 
 from . import __version__
 from .api import (
+    client_secrets,
     health,
     models,
     realtime,
@@ -32,14 +33,16 @@ from .api.middleware import (
     RequestContextMiddleware,
 )
 from .api.openapi import install_openapi
+from .api.secret_store import ClientSecretStore
 from .api.ui import install_ui
 from .budget import AudioBudget
 from .config import Settings
 from .engines import Engine, create_engine
-from .errors import ServiceError
+from .engines.diarize import DiarizingEngine
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .metrics import Metrics
+from .model_plan import ModelPlan, plan_model, precheck
 from .scheduler import PriorityScheduler
 from .segmentation import Segmenter
 from .service import Transcriber
@@ -56,7 +59,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     setup_logging(settings.log_level, settings.log_json)
     for note in settings.notes():  # seed settings that were overridden or have no effect
         logger.warning(note)
-    chosen = engine or create_engine(settings)
+    # the model to serve (the default may fall back, loudly) and what to fetch first
+    plan = plan_model(settings) if engine is None else ModelPlan(settings)
+    # the served engine, with a speaker diarizer that loads on first use and unloads with it
+    chosen = DiarizingEngine(engine or create_engine(plan.settings))
     metrics = Metrics()
 
     @asynccontextmanager
@@ -74,6 +80,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             idle_timeout=settings.idle_timeout,
             busy=lambda: scheduler.busy,
             load_timeout=settings.request_timeout,  # a request waits this long for a load
+            download=plan.background(),  # hub models missing from the cache, fetched first
+            fallback=plan.fallback,
+            precheck=precheck if engine is None else None,
         )
         vad = SileroModel()
         sessions = SessionRegistry(settings.ws_max_sessions)
@@ -96,6 +105,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             budget=budget,
             started_at=time.monotonic(),
             started_wall=time.time(),
+            client_secrets=ClientSecretStore(),
         )
 
         def state() -> dict[str, Any]:
@@ -112,16 +122,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 "unloads": manager.unloads,
                 "worker_restarts": status.restarts,
                 "backends": list(status.backends),
+                "download": manager.download.status() if manager.download else None,
+                "fallback": manager.fallback is not None,
             }
 
         metrics.watch(state)
         try:
-            await manager.start(preload=False)
-            if settings.preload:
-                try:
-                    await manager.ensure_loaded()
-                except ServiceError as exc:  # stay up; the next request tries again
-                    logger.error("PRELOAD failed, serving anyway: {}", exc.message)
+            await manager.start(preload=settings.preload)  # after the download, if any
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield
         finally:
@@ -143,7 +150,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             allow_origins=settings.cors_origins,
             allow_methods=["*"],
             allow_headers=["*"],  # the requested ones are echoed, Authorization included
-            expose_headers=["X-Request-ID", "Retry-After"],
+            expose_headers=["X-Request-ID", "Retry-After", "X-Model-ID"],
         )
     app.add_middleware(RequestContextMiddleware)
     app.include_router(health.router)
@@ -153,6 +160,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(translations.router)
     app.include_router(ws_transcribe.router)
     app.include_router(realtime.router)
+    app.include_router(client_secrets.router)
     app.include_router(metrics_route.router)
     install_ui(app)
     return app

@@ -1,17 +1,20 @@
-"""`qwen3-asr-server check`: can this machine serve the configured model? Answered without
-starting the server; every problem gets a one-line fix and the exit code is 1."""
+"""`qwen3-asr-server check`: which model would `make run` serve and why, and can this machine
+serve it? Answered without starting the server; every problem gets a one-line fix and the
+exit code is 1."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Settings, redact_url
+from .config import Settings
 from .download import Cached, find_cached, size_mb
-from .engines import detect_engine, served_model_id
+from .engines import detect_engine, gpu_present, served_model_id
 from .engines.base import ModelLoadError
 from .engines.probe import Machine, installed, probe
 from .engines.qwen_load import choose_dtype
+from .model_plan import BUNDLED, FIX, ModelPlan, plan_model
+from .redact import redact_url
 
 HEADROOM_MB = 1000  # activations, the server itself, the VAD
 EXTRAS = {  # engine -> (modules, the extra that installs them)
@@ -111,11 +114,40 @@ def memory(cached: Cached, dtype: str, cuda_free_mb: float, cuda: bool) -> Findi
     return Finding(free >= need, text, "free memory, or a smaller model (MODEL_ID)")
 
 
+def serving(settings: Settings, plan: ModelPlan) -> Finding:
+    """Which model `make run` would serve, and why."""
+    wanted = served_model_id(settings)
+    why = (
+        "MODEL_ID is set"
+        if settings.model_id
+        else f"MODEL_ID is unset: the default on {'CUDA' if gpu_present() else 'CPU'}"
+    )
+    if plan.fallback is not None:
+        return Finding(
+            False,
+            f"`make run` would serve the bundled {BUNDLED} instead of {wanted} ({why}): "
+            f"{wanted} is {plan.fallback.reason}",
+            f"run `{FIX}` with internet access, or set MODEL_ID",
+        )
+    return Finding(True, f"`make run` serves {wanted} ({why})")
+
+
+def fetch_finding(repo_id: str, plan: ModelPlan, what: str) -> Finding:
+    known = plan.known.get(repo_id)
+    size = f" ({sum(known.files.values()) / 1e6:.0f} MB)" if known else ""
+    return Finding(
+        True,
+        f"{what} {repo_id}: not cached yet; the server downloads it in the background at "
+        f"start{size} and answers 503 model_downloading until then",
+    )
+
+
 def check(settings: Settings) -> int:
-    model_id = served_model_id(settings)
-    engine = engine_of(settings, model_id)
+    plan = plan_model(settings, announce=False)
+    model_id = served_model_id(plan.settings)
+    engine = engine_of(plan.settings, model_id)
     print(f"model {model_id} on the {engine} engine")
-    findings = extras(engine, settings)
+    findings = [serving(settings, plan), *extras(engine, settings)]
     if engine == "remote":
         findings.append(
             Finding(True, f"remote backends: {', '.join(map(redact_url, settings.remote_urls))}")
@@ -125,11 +157,16 @@ def check(settings: Settings) -> int:
         found, dtype, cuda = device(engine, settings, machine)
         findings += found
         cached = find_cached(model_id)
-        findings.append(cache_finding(cached, "model"))
+        models = [(model_id, "model")]
         if settings.forced_aligner_id:
-            findings.append(cache_finding(find_cached(settings.forced_aligner_id), "aligner"))
+            models.append((settings.forced_aligner_id, "aligner"))
         if settings.dual_model:
-            findings.append(cache_finding(find_cached(settings.fast_model_id), "fast model"))
+            models.append((settings.fast_model_id, "fast model"))
+        for repo_id, what in models:
+            if repo_id in plan.download:
+                findings.append(fetch_finding(repo_id, plan, what))
+            else:
+                findings.append(cache_finding(find_cached(repo_id), what))
         findings.append(memory(cached, dtype, machine.gpu_free_mb, cuda))
     for f in findings:
         print(("ok      " if f.ok else "PROBLEM ") + f.text + ("" if f.ok else f" -> {f.fix}"))

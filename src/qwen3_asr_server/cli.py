@@ -20,19 +20,28 @@ from . import __version__
 from .config import Settings, choices, env_value
 
 ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
-USAGE = "%(prog)s [serve | download [MODEL ...] [--to DIR] | check] [--SETTING VALUE ...]"
+USAGE = (
+    "%(prog)s [serve | download [MODEL ...] [--to DIR] | check | transcribe FILE|DIR ...] "
+    "[--SETTING VALUE ...]"
+)
 COMMANDS = {
     "serve": "start the server (the default)",
-    "download": "fetch models into the HF cache (or a plain directory with --to)",
-    "check": "can this machine serve the configured model? (exit 1 with a fix per problem)",
+    "download": "fetch models into the HF cache (or a plain directory with --to); no MODEL: "
+    "the configured or default model",
+    "check": "which model would be served and why, and can this machine serve it? (exit 1 "
+    "with a fix per problem)",
+    "transcribe": "transcribe files to txt/srt/vtt/json in this process, or with --server URL "
+    "through a running server",
 }
 
 
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+def add_settings_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     group = parser.add_argument_group(
         "settings", "Each flag overrides its environment variable and .env (see .env.example)."
     )
     for name, field in Settings.model_fields.items():
+        if name in skip:
+            continue
         doc = (field.description or "").split("\n\n")[0].replace("\n", " ").replace("%", "%%")
         first = doc.split(". ")[0].rstrip(".")
         help_text = f"{first}. [{name.upper()}; default: {env_value(field.default) or 'unset'}]"
@@ -68,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[settings],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{serve,download,check}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,download,check,transcribe}")
     each = "%(prog)s [--SETTING VALUE ...]"
     commands.add_parser("serve", help=COMMANDS["serve"], parents=[settings], usage=each)
     download = commands.add_parser(
@@ -91,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
         "several: one folder each inside DIR), to carry to an offline machine",
     )
     commands.add_parser("check", help=COMMANDS["check"], parents=[settings], usage=each)
+    from .transcribe_cli import add_arguments
+
+    client_settings = argparse.ArgumentParser(add_help=False)
+    add_settings_flags(client_settings, skip=("api_key",))  # --api-key is the server's key
+    transcribe = commands.add_parser(
+        "transcribe",
+        help=COMMANDS["transcribe"],
+        parents=[client_settings],
+        usage="%(prog)s FILE|DIR ... [--format txt|srt|vtt|json|verbose_json] [--out DIR] "
+        "[--language X] [--server URL] [--api-key K] [--jobs N] [--overwrite] "
+        "[--SETTING VALUE ...]",
+    )
+    add_arguments(transcribe)
     return parser
 
 
@@ -119,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .check import check
 
         sys.exit(check(settings))
+    if args.command == "transcribe":
+        from .transcribe_cli import transcribe
+
+        sys.exit(transcribe(settings, args))
     from .serve import serve
 
     serve(settings)

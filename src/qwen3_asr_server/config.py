@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .redact import redact_url
 from .seed_compat import apply_seed_settings, log_level
 
 DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
@@ -25,22 +26,6 @@ def env_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def redact_url(url: str) -> str:
-    """`url` as it may be shown (/health, /metrics, logs, error messages): the password in
-    its userinfo replaced by `***` (`http://user:***@host/v1`); a userinfo without a
-    password (it may be a token) is `***` as a whole."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:end].rpartition("@")
-    if not at:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    shown = f"{user}:***" if colon else "***"
-    return f"{scheme}{sep}{shown}@{host}{rest[end:]}"
 
 
 def choices(annotation: Any) -> list[str]:
@@ -168,6 +153,8 @@ class Settings(BaseSettings):
     """Largest accepted upload, in MB (10^6 bytes)."""
     max_audio_seconds: float = Field(default=3600.0, gt=0)
     """Longest accepted audio, in seconds."""
+    diarize_max_seconds: float = Field(default=3600.0, gt=0)
+    """Longest audio diarized (speakers), in seconds; longer gets 413 (docs/SPEAKERS.md)."""
     max_pending_audio_seconds: float = Field(default=14400.0, gt=0)
     """Seconds of decoded audio that all uploads together may hold in memory (float32 at
     16 kHz: 4 hours is about 0.9 GB). An upload that would go past it gets 503 with

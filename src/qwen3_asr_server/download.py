@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Settings
-from .engines import WHISPER_ALIASES, served_model_id
+from .engines import WHISPER_ALIASES, detect_engine, served_model_id
+from .engines.base import ModelLoadError
 from .engines.probe import installed
 
 WEIGHTS = ("*.safetensors", "*.bin", "*.pt")
@@ -32,13 +33,23 @@ class Cached:
 
 
 def models_for(settings: Settings) -> list[str]:
-    """The served model and, when they are used, the aligner and the fast model."""
+    """The served model and, when they are used, the aligner (Qwen's only) and the fast
+    model."""
     models = [served_model_id(settings)]
-    if settings.forced_aligner_id:
+    if settings.forced_aligner_id and _engine_kind(settings, models[0]) == "qwen":
         models.append(settings.forced_aligner_id)
     if settings.dual_model:
         models.append(settings.fast_model_id)
     return models
+
+
+def _engine_kind(settings: Settings, model_id: str) -> str:
+    if settings.engine != "auto":
+        return settings.engine
+    try:
+        return detect_engine(model_id)
+    except ModelLoadError:  # a directory of neither kind: the load will say so
+        return "unknown"
 
 
 def setting_for(repo_id: str, settings: Settings) -> str:
@@ -97,8 +108,8 @@ def fetch(repo_id: str) -> tuple[Cached, bool]:
     from huggingface_hub import constants, snapshot_download
 
     cached = find_cached(repo_id)
-    if cached.note or constants.HF_HUB_OFFLINE:  # bundled, local, bad id, or offline
-        return cached, False
+    if (cached.note and cached.note != NOT_CACHED) or constants.HF_HUB_OFFLINE:
+        return cached, False  # bundled, local, bad id, or offline
     snapshot_download(repo_id)  # fetches only what the cache lacks
     return find_cached(repo_id), not cached.complete
 
@@ -121,6 +132,8 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
     """0 when every model is complete (and copied with --to), 1 otherwise."""
     from huggingface_hub import constants
 
+    if not models and settings.model_id is None and settings.engine != "remote":
+        print(f"MODEL_ID is unset: fetching the default model {served_model_id(settings)}")
     models = models or models_for(settings)
     failed = 0
     for repo_id in models:

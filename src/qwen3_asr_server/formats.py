@@ -95,7 +95,7 @@ def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
         "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
         "compression_ratio": ratio,
         "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
-    }
+    } | ({"speaker": s.speaker} if s.speaker else {})
 
 
 def verbose_json_body(
@@ -132,13 +132,16 @@ def timestamp(seconds: float, sep: str) -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{sep}{ms:03d}"
 
 
-def cues(segments: list[Segment]) -> list[tuple[float, float, str]]:
-    """Non-empty, non-overlapping (start, end, text) cues."""
+def cues(segments: list[Segment], vtt: bool = False) -> list[tuple[float, float, str]]:
+    """Non-empty, non-overlapping (start, end, text) cues; a segment's speaker is a VTT voice
+    tag (`<v A>`) or an SRT prefix (`[A] `)."""
     out: list[tuple[float, float, str]] = []
     for s in segments:
         text = "\n".join(" ".join(ln.split()) for ln in s.text.splitlines() if ln.strip())
         if not text:
             continue
+        if s.speaker:
+            text = f"<v {s.speaker}>{text}" if vtt else f"[{s.speaker}] {text}"
         start = max(s.start, out[-1][1]) if out else s.start
         end = max(s.end, start + 0.001)
         out.append((start, end, text))
@@ -155,6 +158,29 @@ def to_srt(segments: list[Segment]) -> str:
 
 def to_vtt(segments: list[Segment]) -> str:
     blocks = [
-        f"{timestamp(a, '.')} --> {timestamp(b, '.')}\n{text}\n" for a, b, text in cues(segments)
+        f"{timestamp(a, '.')} --> {timestamp(b, '.')}\n{text}\n"
+        for a, b, text in cues(segments, vtt=True)
     ]
     return "WEBVTT\n\n" + "\n".join(blocks)
+
+
+def diarized_json_body(result: Transcript) -> dict[str, Any]:
+    """OpenAI's `diarized_json` (TranscriptionDiarized): one segment per speaker turn."""
+    return {
+        "task": "transcribe",
+        "duration": round(result.duration, 3),
+        "text": result.text,
+        "segments": [diarized_segment_body(i, s) for i, s in enumerate(result.segments)],
+        "usage": usage_body(result.usage, result.duration),
+    }
+
+
+def diarized_segment_body(i: int, s: Segment) -> dict[str, Any]:
+    return {
+        "type": "transcript.text.segment",
+        "id": f"seg_{i}",
+        "start": round(s.start, 3),
+        "end": round(s.end, 3),
+        "speaker": s.speaker or "A",
+        "text": s.text,
+    }

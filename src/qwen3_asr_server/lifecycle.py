@@ -14,6 +14,9 @@ the event loop; the blocking load/unload runs in a thread inside one task per tr
 - A failed load answers every waiter of that load with one 503. The next attempt waits for
   a backoff (`retry_backoff`, doubling up to `max_backoff`); until then requests get a 503
   whose Retry-After says when the server will try again.
+- A hub model missing from the cache is first downloaded in the background (`download`, a
+  `hub_fetch.BackgroundDownload` with the same backoff); until it is done a request gets a
+  503 (`model_downloading`) with the progress, never a wait. PRELOAD loads right after it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Literal
 from loguru import logger
 
 from .engines.base import Engine, ModelLoadError
-from .errors import UnavailableError
+from .errors import ServiceError, UnavailableError
+from .hub_fetch import BackgroundDownload
+from .model_plan import Fallback, short_load_error
 
 State = Literal["unloaded", "loading", "loaded", "unloading"]
 LOADING_RETRY_AFTER_S = 10  # a waiter that gave up on a load in progress: when to come back
@@ -53,6 +58,9 @@ class ModelManager:
         retry_backoff: float = 5.0,
         max_backoff: float = 60.0,
         load_timeout: float | None = None,
+        download: list[str] | BackgroundDownload | None = None,
+        fallback: Fallback | None = None,
+        precheck: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.idle_timeout = idle_timeout
@@ -75,6 +83,16 @@ class ModelManager:
         self.load_attempts = 0
         self.last_error: str | None = None
         self.last_load_seconds = 0.0
+        self.fallback = fallback  # the bundled model serves instead of the default (announced)
+        self._precheck = precheck  # raises ModelLoadError before a load that cannot work
+        if isinstance(download, list):  # hub repos missing from the cache
+            download = (
+                BackgroundDownload(download, retry_backoff=retry_backoff, max_backoff=max_backoff)
+                if download
+                else None
+            )
+        self.download = download
+        self._download_task: asyncio.Task[None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -89,12 +107,35 @@ class ModelManager:
         return max(0.0, self._retry_at - time.monotonic())
 
     async def start(self, preload: bool = False) -> None:
-        if preload:
-            await self.ensure_loaded()
+        """Start the background download (if any; PRELOAD loads after it), or load now with
+        `preload`. A failed preload is logged and the server stays up."""
+        if self.download is not None and not self.download.done:
+            self._download_task = asyncio.create_task(
+                self._download_then(preload), name="model-download"
+            )
+        elif preload:
+            await self._preload()
         if self.idle_timeout > 0:
             self._watchdog = asyncio.create_task(self._watch(), name="idle-watchdog")
 
+    async def _preload(self) -> None:
+        try:
+            await self.ensure_loaded()
+        except ServiceError as exc:  # stay up; the next request tries again
+            logger.error("PRELOAD failed, serving anyway: {}", exc.message)
+
+    async def _download_then(self, preload: bool) -> None:
+        assert self.download is not None
+        await self.download.run()
+        if preload:
+            await self._preload()
+
     async def stop(self) -> None:
+        if self._download_task is not None:
+            self._download_task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._download_task
+            self._download_task = None
         if self._watchdog is not None:
             self._watchdog.cancel()
             with suppress(asyncio.CancelledError):
@@ -144,6 +185,8 @@ class ModelManager:
                     await asyncio.shield(self._unload_task)
                 continue
             if self._load_task is None:
+                if self.download is not None and not self.download.done:
+                    raise self.download.unavailable()  # never wait on a download
                 wait = self.retry_in()
                 if wait > 0:
                     seconds = math.ceil(wait)
@@ -164,6 +207,8 @@ class ModelManager:
         self.load_attempts += 1
         logger.info("loading {} model {}", self.engine.name, self.engine.model_id)
         try:
+            if self._precheck is not None:
+                await asyncio.to_thread(self._precheck, self.engine.model_id)
             await asyncio.to_thread(self.engine.load)
         except asyncio.CancelledError:  # only at shutdown: the waiters are shielded
             self.state = "unloaded"
@@ -174,8 +219,13 @@ class ModelManager:
             backoff = min(self._max_backoff, self._retry_backoff * 2 ** min(self._failures - 1, 16))
             self._retry_at = time.monotonic() + backoff
             if isinstance(exc, ModelLoadError):
-                self.last_error = str(exc)
-                logger.error("model load failed (retry in {:g} s): {}", backoff, exc)
+                self.last_error = short_load_error(self.engine.model_id, exc)
+                if exc.__cause__ is not None:  # the library's exception: to the log only
+                    logger.opt(exception=exc.__cause__).error(
+                        "model load failed (retry in {:g} s): {}", backoff, exc
+                    )
+                else:
+                    logger.error("model load failed (retry in {:g} s): {}", backoff, exc)
             else:
                 self.last_error = (
                     f"Could not load the model {self.engine.model_id!r}: "

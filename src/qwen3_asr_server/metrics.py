@@ -143,6 +143,36 @@ class StateCollector(Collector):
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=float(value))
         yield from _backend_metrics(s.get("backends", []))
+        yield from _download_metrics(s.get("download"), bool(s.get("fallback")))
+
+
+def _download_metrics(download: dict[str, Any] | None, fallback: bool) -> Iterator[Metric]:
+    """A hub model fetched in the background, and the announced fallback to the bundled one."""
+    yield GaugeMetricFamily(
+        "asr_model_fallback",
+        "1 when the bundled model serves because the default one is unavailable.",
+        value=float(fallback),
+    )
+    if download is None:
+        return
+    gauges = {
+        "asr_model_download_bytes": ("Bytes of the model download on disk.", "bytes_done"),
+        "asr_model_download_total_bytes": ("Bytes of the whole model download.", "bytes_total"),
+        "asr_model_download_eta_seconds": ("Estimated seconds left (-1: unknown).", "eta_s"),
+    }
+    for name, (doc, key) in gauges.items():
+        value = download[key]
+        yield GaugeMetricFamily(name, doc, value=float(-1 if value is None else value))
+    yield GaugeMetricFamily(
+        "asr_model_download_done",
+        "1 when the download is complete.",
+        value=float(download["state"] == "done"),
+    )
+    yield CounterMetricFamily(
+        "asr_model_download_failures",
+        "Failed download attempts.",
+        value=float(download["failures"]),
+    )
 
 
 def _backend_metrics(backends: list[dict[str, Any]]) -> Iterator[Metric]:

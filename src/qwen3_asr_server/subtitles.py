@@ -31,6 +31,7 @@ class Cue:
     start: float
     end: float
     lines: list[str]
+    speaker: str | None = None  # with diarization: a cue never spans two speakers
 
     @property
     def text(self) -> str:
@@ -72,21 +73,23 @@ def wrap(words: list[str], width: int, max_lines: int) -> list[str] | None:
 
 def build_cues(segments: list[Segment], rules: CueRules) -> list[Cue]:
     ensure_words(segments)
-    words: list[Word] = [w for s in segments for w in s.words if w.word.strip()]
-    groups: list[list[Word]] = []
+    words = [(w, s.speaker) for s in segments for w in s.words if w.word.strip()]
+    groups: list[tuple[list[Word], str | None]] = []
     current: list[Word] = []
-    for word in words:
-        if current and _must_break(current, word, rules):
-            groups.append(current)
+    speaker: str | None = None
+    for word, who in words:
+        if current and (who != speaker or _must_break(current, word, rules)):
+            groups.append((current, speaker))
             current = []
         current.append(word)
+        speaker = who
     if current:
-        groups.append(current)
+        groups.append((current, speaker))
     cues = []
-    for group in groups:
+    for group, who in groups:
         texts = [w.word for w in group]
         lines = wrap(texts, rules.max_line_chars, rules.max_lines) or [join_words(texts)]
-        cues.append(Cue(group[0].start, max(group[-1].end, group[0].start), lines))
+        cues.append(Cue(group[0].start, max(group[-1].end, group[0].start), lines, who))
     return _fix_timing(cues, rules)
 
 
@@ -130,4 +133,4 @@ def cue_rules(settings: Settings, max_line_chars: int) -> CueRules:
 
 def cue_segments(cues: list[Cue]) -> list[Segment]:
     """Cues as segments, for the SRT/VTT writers (line breaks kept)."""
-    return [Segment(start=c.start, end=c.end, text=c.text) for c in cues]
+    return [Segment(start=c.start, end=c.end, text=c.text, speaker=c.speaker) for c in cues]

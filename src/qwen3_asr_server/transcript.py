@@ -57,6 +57,7 @@ class Segment:
     no_speech_prob: float | None = None
     compression_ratio: float | None = None
     tokens: list[int] = field(default_factory=list)
+    speaker: str | None = None  # with diarization: `A`, `B`, ... or a known speaker's name
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ..service import Transcriber
 from ..streaming.registry import SessionRegistry
 from ..translate import Translator
 from ..vad import SileroModel
+from .secret_store import PREFIX, ClientSecretStore
 
 
 @dataclass
@@ -34,6 +35,7 @@ class AppContext:
     budget: AudioBudget  # decoded audio held by uploads
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
+    client_secrets: ClientSecretStore  # ek_ keys for /v1/realtime (api/client_secrets.py)
 
 
 def get_ctx(request: Request) -> AppContext:
@@ -42,13 +44,19 @@ def get_ctx(request: Request) -> AppContext:
 
 
 def check_api_key(expected: str | None, authorization: str | None) -> None:
-    """Raise AuthError unless `authorization` is `Bearer <expected>` (or no key is set)."""
+    """Raise AuthError unless `authorization` is `Bearer <expected>` (or no key is set). A
+    client secret (`ek_…`) is never the key: it opens the /v1/realtime WebSocket only."""
     if not expected:
         return
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise AuthError("Missing API key. Send 'Authorization: Bearer <API_KEY>'.")
     if not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        if token.strip().startswith(PREFIX):
+            raise AuthError(
+                "A client secret (ek_...) opens the /v1/realtime WebSocket only; "
+                "send the API key here."
+            )
         raise AuthError("Incorrect API key provided.")
 
 

@@ -17,7 +17,7 @@ from ..errors import BadRequestError
 from ..segmentation import CutRules
 from ..service import Options, Transcriber
 
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json"]
 GRANULARITIES = {"word", "segment"}
 STREAMABLE = ("json", "text")  # OpenAI streams these; others answer the normal body
 
@@ -67,6 +67,23 @@ class TranscriptionForm(UploadForm):
     chunking_threshold: str | None = Field(None, alias="chunking_strategy[threshold]")
     chunking_prefix: str | None = Field(None, alias="chunking_strategy[prefix_padding_ms]")
     chunking_silence: str | None = Field(None, alias="chunking_strategy[silence_duration_ms]")
+    diarize: bool = Field(
+        False,
+        description="Speakers on segments (verbose_json, srt, vtt); diarized_json implies it.",
+    )
+    known_speaker_names: list[str] | None = Field(None, alias="known_speaker_names[]")
+    known_speaker_references: list[str] | None = Field(None, alias="known_speaker_references[]")
+
+    def diarizes(self) -> bool:
+        """Speakers asked for: `diarized_json`, or `diarize=true` (this server's field, for
+        the other formats). Known speakers need one of them."""
+        wanted = self.response_format == "diarized_json" or self.diarize
+        if not wanted and (self.known_speaker_names or self.known_speaker_references):
+            raise BadRequestError(
+                "known_speaker_names[] needs response_format=diarized_json (or diarize=true).",
+                param="known_speaker_names",
+            )
+        return wanted
 
     def granularities(self) -> set[str]:
         chosen = {v.strip() for v in self.timestamp_granularities or [] if v.strip()}
@@ -126,15 +143,15 @@ class TranscriptionForm(UploadForm):
 
     def streams(self) -> bool:
         """stream=true for a format that cannot stream answers the normal body, as OpenAI
-        does (LiteLLM sends stream=true with verbose_json)."""
-        return self.stream and self.response_format in STREAMABLE
+        does (LiteLLM sends stream=true with verbose_json); diarized_json streams segments."""
+        return self.stream and self.response_format in (*STREAMABLE, "diarized_json")
 
     def words(self) -> bool:
         verbose_words = "word" in self.granularities() and self.response_format == "verbose_json"
         return self.return_timestamps or verbose_words
 
     def to_options(self, transcriber: Transcriber) -> Options:
-        words = self.words()
+        words = self.words() or self.diarizes()  # speaker turns are cut between words
         text_only = self.response_format in STREAMABLE and not words
         options = self.options(
             transcriber,
@@ -166,9 +183,11 @@ class SubtitleForm(UploadForm):
     mode: Literal["fast", "accurate"] = "fast"
     max_line_chars: int = Field(42, ge=10, le=200)
     response_format: Literal["srt", "vtt"] = "srt"
+    diarize: bool = Field(False, description="Speaker labels on the cues ([A] / <v A>).")
 
     def to_options(self, transcriber: Transcriber) -> Options:
-        return self.options(transcriber, word_timestamps=self.mode == "accurate")
+        words = self.mode == "accurate" or self.diarize
+        return self.options(transcriber, word_timestamps=words)
 
 
 class TranslationForm(UploadForm):

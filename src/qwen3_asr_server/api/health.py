@@ -17,8 +17,8 @@ router = APIRouter()
 def _cuda_info() -> dict[str, Any]:
     """GPU facts, only when torch is already imported (never import it here)."""
     torch: Any = sys.modules.get("torch")
-    if torch is None:
-        return {"cuda": None}
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return {"cuda": None}  # not imported, or being imported by a load: never wait on it
     try:
         if not torch.cuda.is_available():
             return {"cuda": False}
@@ -92,5 +92,9 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         "uptime_s": round(time.monotonic() - ctx.started_at, 3),
         "last_load_error": ctx.manager.last_error,
         "load_retry_in_s": round(ctx.manager.retry_in(), 1),
+        # a hub model being fetched before its first load: bytes, ETA, the last error
+        "download": ctx.manager.download.status() if ctx.manager.download else None,
+        # the bundled model serves instead of the default one (announced at start)
+        "fallback": ctx.manager.fallback.body() if ctx.manager.fallback else None,
         **_cuda_info(),
     }

@@ -140,8 +140,10 @@ class MetricsMiddleware:
 class ApiKeyMiddleware:
     """With API_KEY set, answer an HTTP request that lacks the key with 401 (OpenAI's error
     body) from its headers alone, before any of its body is read; every path but the open
-    ones (`is_open`) needs it, so a new route is protected by default. WebSocket routes
-    check the key themselves (header, `api_key` query or subprotocol: api/ws_common.py)."""
+    ones (`is_open`) needs it, so a new route is protected by default. A client secret
+    (`ek_…`) is refused here like any wrong key. WebSocket scopes pass through: those routes
+    check the key themselves (header, `api_key` query or subprotocol, and on /v1/realtime a
+    client secret: api/ws_common.py), after accepting, so the client hears why."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app

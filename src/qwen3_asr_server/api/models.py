@@ -1,4 +1,5 @@
-"""GET /v1/models: the served model plus `whisper-1` as an alias, in OpenAI's list shape."""
+"""GET /v1/models: the served model plus `whisper-1` as an alias, in OpenAI's list shape
+(with `fallback: {wanted, reason}` when the bundled model serves instead of the default)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ def _models(ctx: AppContext) -> list[dict[str, Any]]:
     served = ctx.manager.engine.model_id
     owner = f"qwen3-asr-server ({ctx.manager.engine.name})"
     ids = [served] + ([ALIAS] if served != ALIAS else [])
-    return [{"id": i, "object": "model", "created": created, "owned_by": owner} for i in ids]
+    models = [{"id": i, "object": "model", "created": created, "owned_by": owner} for i in ids]
+    if ctx.manager.fallback is not None:  # served instead of the default: say so
+        for model in models:
+            model["fallback"] = ctx.manager.fallback.body()
+    return models
 
 
 @router.get("/v1/models")

@@ -34,7 +34,7 @@ ERRORS = {
     "413": "Upload or audio too large.",
     "422": "A required field is missing (the seed server's status on this route).",
     "501": "Translation is not configured.",
-    "503": "Queue full or model unavailable; see Retry-After.",
+    "503": "Queue full, model unavailable or too many live client secrets; see Retry-After.",
     "504": "The request did not finish within REQUEST_TIMEOUT.",
 }
 

@@ -1,11 +1,11 @@
 """WS /v1/realtime?intent=transcription: OpenAI Realtime transcription sessions.
 
 Same session core as /ws/transcribe. Audio is base64 pcm16 (24 kHz unless the session says
-otherwise), resampled to 16 kHz. Deltas carry only text that will not change (the
-LocalAgreement-stable prefix); `completed` carries the final transcript. Client events are
-parsed into the models of ws_messages.py; a bad one gets an `error` event and the session
-goes on. The wire format (session description, stream events -> server events) is in
-realtime_wire.py.
+otherwise) or G.711 μ-law/A-law (8 kHz), resampled to 16 kHz. Deltas carry only text that
+will not change (the LocalAgreement-stable prefix); `completed` carries the final
+transcript. Client events are parsed into the models of ws_messages.py; a bad one gets an
+`error` event and the session goes on. The session's settings and description are
+realtime_session.py; the wire format (stream events -> server events) is realtime_wire.py.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
-from ..errors import ServiceError
 from ..streaming.events import StreamEvent
 from ..streaming.session import StreamSession
 from .deps import AppContext
-from .realtime_wire import RealtimeState, error_event, event_id, to_openai
+from .realtime_session import RealtimeState
+from .realtime_wire import error_event, event_id, to_openai
+from .secret_store import granted_secret
 from .ws_common import (
     Outbox,
     base_config,
@@ -77,6 +78,11 @@ async def realtime(websocket: WebSocket) -> None:
         await websocket.send_json(error_event(refused, "too_many_sessions"))
         await websocket.close(1013)
         return
+    secret = granted_secret(websocket.scope)
+    if secret is not None:  # a client secret's session config is the session's defaults
+        minted = {k: v for k, v in secret.session.items() if k in ("audio", "include")}
+        session.configure(**state.apply(ctx, SessionConfig.model_validate(minted)))
+        state.config = session.config
     created = {"type": "session.created", "event_id": event_id(), "session": state.describe(False)}
     await outbox.put(created)
 
@@ -123,7 +129,7 @@ async def handle_event(
             await outbox.put({"type": "input_audio_buffer.cleared", "event_id": event_id()})
         elif isinstance(event, SessionUpdateEvent):
             # Only what the update sends changes; everything else keeps its value.
-            session.configure(**apply_update(ctx, state, event.session))
+            session.configure(**state.apply(ctx, event.session))
             state.config = session.config
             beta = event.type.startswith("transcription_session")
             updated = "transcription_session.updated" if beta else "session.updated"
@@ -140,40 +146,9 @@ async def append(
     try:
         pcm = base64.b64decode(event.audio, validate=True)
     except (binascii.Error, ValueError):
-        raise MessageError("invalid_audio", "audio must be base64 pcm16.", "audio") from None
+        raise MessageError("invalid_audio", "audio must be base64.", "audio") from None
     if not await state.audio.feed(session, pcm):
         message = "Session audio limit reached (WS_MAX_SESSION_S)."
         await outbox.put(error_event(message, "session_too_long", event.event_id))
         return False
     return True
-
-
-def apply_update(
-    ctx: AppContext, state: RealtimeState, config: SessionConfig | None
-) -> dict[str, Any]:
-    """Check every setting first, then change the state: a bad update changes nothing.
-    Sets the audio rate; returns the changes to the stream config (only the settings the
-    update sent)."""
-    if config is None:
-        return {}
-    changes: dict[str, Any] = {}
-    transcription, path = config.transcription()
-    if transcription is not None and transcription.given("language"):
-        try:
-            changes["language"] = ctx.transcriber.resolve_language(transcription.language)
-        except ServiceError as exc:
-            raise MessageError("invalid_value", exc.message, path + ".language") from None
-    rate = config.rate()
-    sent, turn = config.turn_detection_setting()
-    if rate is not None:
-        state.audio.set_rate(rate)
-    if sent:
-        changes["use_vad"] = turn is not None
-        if turn is not None:
-            if turn.given("threshold"):
-                changes["vad_threshold"] = turn.threshold
-            if turn.given("silence_duration_ms"):
-                changes["end_silence_ms"] = turn.silence_duration_ms
-            if turn.given("prefix_padding_ms"):
-                changes["prefix_padding_ms"] = turn.prefix_padding_ms
-    return changes

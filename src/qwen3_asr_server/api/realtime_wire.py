@@ -1,11 +1,17 @@
-"""OpenAI Realtime wire format: per-connection protocol state, the session description,
-error events, and stream events (streaming/events.py) -> OpenAI server events."""
+"""OpenAI Realtime wire format: error events, and stream events (streaming/events.py) ->
+OpenAI server events. The session's settings and description are realtime_session.py.
+
+`completed` carries `usage` (tokens when the engine counted them, else the seconds of the
+client's audio), `languages` (the detected language) and, when the session's `include`
+asks, `logprobs` of the final's tokens. Deltas carry no logprobs: a delta is the stable
+prefix agreed across partials, which are drafts decoded without them."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+from ..formats import logprobs_body, token_usage_body
 from ..streaming.events import (
     Committed,
     Final,
@@ -14,11 +20,9 @@ from ..streaming.events import (
     SpeechStarted,
     SpeechStopped,
     StreamEvent,
+    TimedOut,
 )
-from ..streaming.ingest import PcmIngest
-from ..streaming.session import StreamConfig
-
-DEFAULT_RATE = 24000  # pcm16 at 24 kHz unless the session says otherwise
+from .realtime_session import RealtimeState
 
 
 def event_id() -> str:
@@ -43,52 +47,6 @@ def error_event(
     }
 
 
-class RealtimeState:
-    """Per-connection protocol state: the stream config the session runs with (what
-    `session.created`/`updated` describe), the audio ingest (client rate), item ids, and
-    the text already sent as deltas."""
-
-    def __init__(self, session_id: str, config: StreamConfig, max_seconds: float) -> None:
-        self.id = session_id
-        self.config = config
-        self.audio = PcmIngest(DEFAULT_RATE, max_seconds)
-        self.sent: dict[int, str] = {}  # utterance -> text already sent as deltas
-        self.previous_item: str | None = None
-
-    def describe(self, beta: bool) -> dict[str, Any]:
-        cfg = self.config
-        turn = (
-            {
-                "type": "server_vad",
-                "threshold": cfg.vad_threshold,
-                "prefix_padding_ms": cfg.prefix_padding_ms,
-                "silence_duration_ms": cfg.end_silence_ms,
-            }
-            if cfg.use_vad
-            else None
-        )
-        if beta:
-            return {
-                "id": self.id,
-                "object": "realtime.transcription_session",
-                "input_audio_format": "pcm16",
-                "input_audio_transcription": {"model": "whisper-1", "language": cfg.language},
-                "turn_detection": turn,
-            }
-        return {
-            "type": "transcription",
-            "id": self.id,
-            "object": "realtime.transcription_session",
-            "audio": {
-                "input": {
-                    "format": {"type": "audio/pcm", "rate": self.audio.rate},
-                    "transcription": {"model": "whisper-1", "language": cfg.language},
-                    "turn_detection": turn,
-                }
-            },
-        }
-
-
 def item_id(utterance: int, state: RealtimeState) -> str:
     return f"item_{state.id[-8:]}_{utterance}"
 
@@ -107,6 +65,9 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
     match event:
         case SpeechStarted() | SpeechStopped() if not state.config.use_vad:
             return None
+        case TimedOut(start_ms=start_ms, end_ms=end_ms):
+            timeout = {"audio_start_ms": start_ms, "audio_end_ms": end_ms}
+            return {**base, "type": "input_audio_buffer.timeout_triggered", **timeout}
         case SpeechStarted(at_ms=at_ms):
             return {**base, "type": "input_audio_buffer.speech_started", "audio_start_ms": at_ms}
         case SpeechStopped(at_ms=at_ms):
@@ -127,13 +88,7 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
             return {**base, "content_index": 0, **body}
         case Final(utterance=utt):
             state.sent.pop(utt, None)
-            return {
-                **base,
-                "type": "conversation.item.input_audio_transcription.completed",
-                "content_index": 0,
-                "transcript": event.text,
-                "usage": {"type": "duration", "seconds": round(event.duration, 3)},
-            }
+            return {**base, **completed(event, state.logprobs)}
         case FinalFailed():
             failed = {
                 "type": "conversation.item.input_audio_transcription.failed",
@@ -147,3 +102,22 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
             }
             return {**base, **failed}
     return None
+
+
+def completed(event: Final, logprobs: bool) -> dict[str, Any]:
+    usage = (
+        {"type": "tokens", **token_usage_body(event.usage)}
+        if event.usage is not None
+        else {"type": "duration", "seconds": round(event.duration, 3)}
+    )
+    body: dict[str, Any] = {
+        "type": "conversation.item.input_audio_transcription.completed",
+        "content_index": 0,
+        "transcript": event.text,
+        "usage": usage,
+    }
+    if event.language and event.text:
+        body["languages"] = [{"code": event.language}]
+    if logprobs:
+        body["logprobs"] = logprobs_body(list(event.logprobs or ()))
+    return body

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from ..diarization import SpeakerTranscriber
 from ..errors import BadRequestError
 from ..formats import to_srt, to_vtt
 from ..subtitles import build_cues, cue_rules, cue_segments
@@ -43,7 +44,13 @@ async def create_subtitles(
     if form.mode == "accurate":
         check_accurate(ctx)
     audio = await read_upload(ctx, request, form.file)
-    result = await unless_client_leaves(request, ctx.transcriber.transcribe(audio, options))
+    if form.diarize:
+        speakers = SpeakerTranscriber(ctx.transcriber, ctx.settings.diarize_max_seconds)
+        speakers.check(audio)
+        work = speakers.transcribe(audio, options, [])
+    else:
+        work = ctx.transcriber.transcribe(audio, options)
+    result = await unless_client_leaves(request, work)
     cues = build_cues(result.segments, cue_rules(ctx.settings, form.max_line_chars))
     segments = cue_segments(cues)
     return subtitle_response(segments, form.response_format, "subtitles")

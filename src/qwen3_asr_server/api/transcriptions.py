@@ -14,8 +14,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from loguru import logger
 
 from ..audio import Audio
+from ..diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
 from ..engines.base import ModelLoadError
 from ..formats import (
+    diarized_json_body,
+    diarized_segment_body,
     json_body,
     languages_body,
     logprobs_body,
@@ -48,8 +51,11 @@ def server_timing(result: Transcript, decode_seconds: float) -> str:
 
 
 def format_response(
-    result: Transcript, response_format: str, options: Options, headers: dict[str, str]
+    result: Transcript, form: TranscriptionForm, options: Options, headers: dict[str, str]
 ) -> Response:
+    response_format = form.response_format
+    if response_format == "diarized_json":
+        return JSONResponse(diarized_json_body(result), headers=headers)
     if response_format == "text":
         return PlainTextResponse(result.text, headers=headers)
     if response_format == "srt":
@@ -58,11 +64,11 @@ def format_response(
         return PlainTextResponse(to_vtt(result.segments), media_type="text/vtt", headers=headers)
     if response_format == "verbose_json":
         body = verbose_json_body(
-            result, words=options.request.word_timestamps, temperature=options.request.temperature
+            result, words=form.words(), temperature=options.request.temperature
         )
         return JSONResponse(body, headers=headers)
     body = json_body(result, logprobs=options.request.logprobs)
-    if options.request.word_timestamps:  # the seed's return_timestamps=true
+    if form.return_timestamps:  # the seed's return_timestamps=true
         body["words"] = words_body(result.segments)
     return JSONResponse(body, headers=headers)
 
@@ -96,6 +102,24 @@ async def openai_events(
     if wants_logprobs:
         done["logprobs"] = logprobs_body(merged_logprobs(parts))
     yield done
+
+
+async def speaker_events(
+    diarizer: SpeakerTranscriber, audio: Audio, options: Options, known: list[KnownSpeaker]
+) -> AsyncIterator[dict[str, Any]]:
+    """OpenAI's diarized stream: a `transcript.text.segment` as each speaker turn is final,
+    in order, then `transcript.text.done`."""
+    index = 0
+    async for segments, whole in diarizer.stream(audio, options, known):
+        for segment in segments:
+            yield diarized_segment_body(index, segment)
+            index += 1
+        if whole is not None:
+            done: dict[str, Any] = {"type": "transcript.text.done", "text": whole.text}
+            done["languages"] = languages_body(whole.languages)
+            if whole.usage is not None:
+                done["usage"] = {"type": "tokens", **token_usage_body(whole.usage)}
+            yield done
 
 
 async def seed_events(
@@ -140,20 +164,36 @@ async def create_transcription(
     options = form.to_options(ctx.transcriber)
     if form.stream and not form.streams():
         logger.debug("stream=true ignored for response_format={}", form.response_format)
+    speakers = form.diarizes()
+    known = await asyncio.to_thread(
+        known_speakers, form.known_speaker_names, form.known_speaker_references
+    )
     started = time.perf_counter()
     audio = await read_upload(ctx, request, form.file)
     decode_seconds = time.perf_counter() - started
+    diarizer = SpeakerTranscriber(ctx.transcriber, ctx.settings.diarize_max_seconds)
+    if speakers:
+        diarizer.check(audio)
     if form.streams():
         options = replace(options, max_seconds=ctx.settings.sse_chunk_seconds)
+        if speakers:
+            return sse_response(speaker_events(diarizer, audio, options, known))
         return sse_response(openai_events(ctx, audio, options))
-    result = await unless_client_leaves(request, ctx.transcriber.transcribe(audio, options))
+    if speakers:
+        work = diarizer.transcribe(audio, options, known)
+    else:
+        work = ctx.transcriber.transcribe(audio, options)
+    result = await unless_client_leaves(request, work)
     if form.response_format == "verbose_json":  # OpenAI's schema wants a number per segment
         try:
             await asyncio.to_thread(fill_no_speech_probs, ctx.vad, audio.samples, result.segments)
         except ModelLoadError as exc:  # no Silero VAD installed: the documented 0.0 stays
             logger.debug("no_speech_prob without a VAD: {}", exc)
-    headers = {"Server-Timing": server_timing(result, decode_seconds)}
-    return format_response(result, form.response_format, options, headers)
+    headers = {
+        "Server-Timing": server_timing(result, decode_seconds),
+        "X-Model-ID": ctx.manager.engine.model_id,  # the model that answered (issue 33)
+    }
+    return format_response(result, form, options, headers)
 
 
 @router.post("/v1/audio/transcriptions/stream")

@@ -6,18 +6,21 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from fastapi import WebSocket
 from loguru import logger
+from starlette.routing import get_route_path
 
 from ..engines.base import TranscribeRequest
 from ..errors import AuthError
 from ..streaming.agreement import Draft
 from ..streaming.events import Emit
 from ..streaming.registry import SessionLimitError
-from ..streaming.session import AudioSource, StreamConfig, StreamSession
+from ..streaming.session import AudioSource, Heard, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
+from .secret_store import REALTIME_PATH, SCOPE_KEY
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
@@ -25,18 +28,28 @@ KEY_SUBPROTOCOL = "openai-insecure-api-key."
 def websocket_api_key_ok(ctx: AppContext, websocket: WebSocket) -> bool:
     """Any one of: a bearer header; the `api_key` query parameter; or, as the OpenAI JS SDK
     sends it from browsers (which cannot set headers), the subprotocol
-    `openai-insecure-api-key.<key>`."""
-    expected = ctx.settings.api_key
-    if not expected:
-        return True
+    `openai-insecure-api-key.<key>`. On /v1/realtime only, an unexpired client secret
+    (`ek_…`, POST /v1/realtime/client_secrets) in any of these places opens it too; what it
+    grants is kept in the scope (`secret_store.granted_secret`)."""
     offered: list[str] = list(websocket.scope.get("subprotocols") or [])
     keys = [p.removeprefix(KEY_SUBPROTOCOL) for p in offered if p.startswith(KEY_SUBPROTOCOL)]
     query_key = websocket.query_params.get("api_key")
-    candidates = [websocket.headers.get("authorization")]
-    candidates += ["Bearer " + key for key in [query_key, *keys] if key]
-    for header in candidates:
+    header = websocket.headers.get("authorization") or ""
+    scheme, _, bearer = header.partition(" ")
+    tokens = [bearer.strip()] if scheme.lower() == "bearer" else []
+    tokens = [key for key in [*tokens, query_key, *keys] if key]
+    if get_route_path(websocket.scope) == REALTIME_PATH:
+        for token in tokens:
+            granted = ctx.client_secrets.lookup(token)
+            if granted is not None:
+                websocket.scope[SCOPE_KEY] = granted
+                return True
+    expected = ctx.settings.api_key
+    if not expected:
+        return True
+    for token in tokens:
         try:
-            check_api_key(expected, header)
+            check_api_key(expected, "Bearer " + token)
         except AuthError:
             continue
         return True
@@ -118,30 +131,39 @@ class Outbox:
 def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSession:
     """Partials are fast drafts on whisper (a short encoder window); only their confident
     words become stable, so Realtime API deltas, which clients append, rarely disagree with
-    the final (4% of delta words against 16% with full-window partials, LEARNING_LOG.md)."""
+    the final (4% of delta words against 16% with full-window partials, LEARNING_LOG.md).
+    Every partial and final is decoded with the session's template (`config.decoding`:
+    language, candidates, prompt, keywords); only finals ask for logprobs."""
 
-    async def transcribe(audio: AudioSource, language: str | None, partial: bool) -> str | Draft:
+    async def transcribe(
+        audio: AudioSource, decoding: TranscribeRequest, partial: bool
+    ) -> str | Draft | Heard:
         result = await ctx.transcriber.transcribe_realtime(
             audio,
-            TranscribeRequest(language=language),
+            replace(decoding, logprobs=False) if partial else decoding,
             partial=partial,
             draft=partial,
             background=session.client_gone,
         )
-        return Draft(result.word_probs) if result.word_probs is not None else result.text
+        if partial:
+            return Draft(result.word_probs) if result.word_probs is not None else result.text
+        logprobs = tuple(result.logprobs) if result.logprobs is not None else None
+        return Heard(result.text, result.language, logprobs, result.usage)
 
     observe = ctx.metrics.final_latency.observe
     session = StreamSession(config, transcribe, emit, ctx.vad, observe)
     return session
 
 
-def base_config(ctx: AppContext, use_vad: bool, language: str | None) -> StreamConfig:
+def base_config(
+    ctx: AppContext, use_vad: bool, decoding: TranscribeRequest | None = None
+) -> StreamConfig:
     """The stream config of a new session on either endpoint, from the WS_* settings (the
     prefix padding is StreamConfig's: no setting, a Realtime session.update sets it)."""
     s = ctx.settings
     return StreamConfig(
         use_vad=use_vad,
-        language=language,
+        decoding=decoding or TranscribeRequest(),
         vad_threshold=s.ws_vad_threshold,
         end_silence_ms=s.ws_end_silence_ms,
         partial_interval_s=s.ws_partial_interval,

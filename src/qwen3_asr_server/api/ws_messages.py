@@ -1,9 +1,10 @@
 """Typed client messages of the two WebSocket protocols (pydantic v2).
 
 Every text message a client sends is parsed here before anything acts on it. Fields we do
-not use are ignored (clients send many: `noise_reduction`, `include`, `model`, ...). A field
-we use with a wrong type or out of its range raises MessageError, naming the parameter; the
-endpoint answers with an error event and the connection stays open.
+not know are ignored. A field we know with a wrong type or out of its range raises
+MessageError, naming the parameter; the endpoint answers with an error event and the
+connection stays open. Decoding fields (language, prompt, keywords, languages) are checked
+further by `decoding.build_decoding` when the endpoint applies them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,26 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 REALTIME_RATES = (8000, 16000, 24000, 48000)
+G711_RATE = 8000
+# Realtime format names -> (ingest encoding, rate); GA `audio.input.format.type`, then beta
+# `input_audio_format`
+GA_ENCODINGS = MappingProxyType(
+    {"audio/pcm": "pcm_s16le", "audio/pcmu": "mulaw", "audio/pcma": "alaw"}
+)
+BETA_FORMATS = MappingProxyType(
+    {"pcm16": ("pcm_s16le", 24000), "g711_ulaw": ("mulaw", 8000), "g711_alaw": ("alaw", 8000)}
+)
+LOGPROBS_INCLUDE = "item.input_audio_transcription.logprobs"
 
 
 class MessageError(Exception):
@@ -60,6 +78,10 @@ class ConfigAction(Message):
     use_server_vad: bool = True
     """Applied only when sent. A bool, or the seed's bool-ish strings ("true"/"false",
     "1"/"0", "yes"/"no", ...)."""
+    prompt: str | None = None
+    """Context for the decoder (null or "" clear it)."""
+    keywords: list[str] | None = None
+    """Words or phrases to bias recognition towards (null or [] clear them)."""
 
 
 TranscribeAction = FlushAction | ResetAction | ConfigAction
@@ -88,9 +110,10 @@ def parse_action(text: str) -> TranscribeAction:
 
 
 class AudioFormat(Message):
-    """GA `session.audio.input.format`."""
+    """GA `session.audio.input.format`: `audio/pcm` (s16le; the SDK says 24 kHz, this server
+    also takes 8, 16 and 48 kHz), `audio/pcmu` / `audio/pcma` (G.711, 8 kHz)."""
 
-    type: Literal["audio/pcm"] = "audio/pcm"
+    type: Literal["audio/pcm", "audio/pcmu", "audio/pcma"] = "audio/pcm"
     rate: int = 24000
 
     @field_validator("rate")
@@ -100,23 +123,57 @@ class AudioFormat(Message):
             raise ValueError(f"unsupported audio rate {rate}; use one of {REALTIME_RATES}")
         return rate
 
+    @model_validator(mode="after")
+    def _g711_is_8k(self) -> AudioFormat:
+        if self.type != "audio/pcm" and self.given("rate") and self.rate != G711_RATE:
+            raise ValueError(f"{self.type} is G.711 at {G711_RATE} Hz; omit rate or send 8000")
+        return self
+
+    def encoding(self) -> tuple[str, int]:
+        """(ingest encoding, sample rate)."""
+        if self.type == "audio/pcm":
+            return "pcm_s16le", self.rate
+        return GA_ENCODINGS[self.type], G711_RATE
+
 
 class TranscriptionSettings(Message):
+    model: str | None = None
+    """Any name (whisper-1, gpt-4o-transcribe, ...): the served model answers; echoed."""
     language: str | None = None
     """An ISO code or a language name; null means auto."""
+    prompt: str | None = None
+    keywords: list[str] | None = None
+    languages: list[str] | None = None
+    """Candidate languages (ISO codes) for detection."""
+    delay: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
+    """How long the session waits for more speech before a final (end-of-speech silence)."""
 
 
 class TurnDetection(Message):
-    """Server VAD settings; `semantic_vad` is served by the same VAD."""
+    """Server VAD settings; `semantic_vad` is served by the same VAD, its `eagerness` mapped
+    to an end-of-speech silence. `create_response`/`interrupt_response` are accepted and
+    echoed (a transcription session makes no responses)."""
 
     type: Literal["server_vad", "semantic_vad"] = "server_vad"
     threshold: float = Field(0.5, ge=0, le=1)
     silence_duration_ms: int = Field(500, ge=100, le=5000)
     prefix_padding_ms: int = Field(300, ge=0, le=2000)
+    idle_timeout_ms: int | None = Field(None, ge=1000, le=600_000)
+    eagerness: Literal["low", "medium", "high", "auto"] | None = None
+    create_response: bool | None = None
+    interrupt_response: bool | None = None
+
+
+class NoiseReduction(Message):
+    """Accepted and echoed; no filter is applied."""
+
+    type: Literal["near_field", "far_field"] | None = None
+    strength: float | None = Field(None, ge=0)
 
 
 class AudioInput(Message):
     format: AudioFormat | None = None
+    noise_reduction: NoiseReduction | None = None  # null: off
     transcription: TranscriptionSettings | None = None
     turn_detection: TurnDetection | None = None  # null: server VAD off
 
@@ -125,41 +182,63 @@ class SessionAudio(Message):
     input: AudioInput | None = None
 
 
-class SessionConfig(Message):
-    """`session` of session.update (GA shape: `audio.input.*`) or of
-    transcription_session.update (beta shape: `input_audio_*`, `turn_detection`). Where
-    both shapes name a setting, the GA one wins."""
+Sent = tuple[bool, Any]  # (the client sent it, its value; None may mean "turn it off")
 
+
+class SessionConfig(Message):
+    """`session` of session.update (GA shape: `type`, `audio.input.*`, `include`) or of
+    transcription_session.update (beta shape: `input_audio_*`, `turn_detection`,
+    `include`). Where both shapes name a setting, the GA one wins."""
+
+    type: str | None = None
     audio: SessionAudio | None = None
-    input_audio_format: Literal["pcm16"] | None = None
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = None
+    input_audio_format: Literal["pcm16", "g711_ulaw", "g711_alaw"] | None = None
     input_audio_transcription: TranscriptionSettings | None = None
+    input_audio_noise_reduction: NoiseReduction | None = None
     turn_detection: TurnDetection | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _transcription_only(cls, kind: str | None) -> str | None:
+        if kind is not None and kind != "transcription":
+            raise ValueError(
+                f"only transcription sessions are served here, not {kind!r}; "
+                'send "type": "transcription"'
+            )
+        return kind
 
     def audio_input(self) -> AudioInput:
         return self.audio.input if self.audio and self.audio.input else AudioInput()
 
-    def transcription(self) -> tuple[TranscriptionSettings | None, str]:
-        """The transcription settings sent, and their parameter path (for errors)."""
-        ga = self.audio_input().transcription
-        if ga is not None:
-            return ga, "session.audio.input.transcription"
-        return self.input_audio_transcription, "session.input_audio_transcription"
+    def _either(self, ga: str, beta: str) -> tuple[bool, Any, str]:
+        """(sent, value, parameter path) of a setting both shapes name."""
+        audio_in = self.audio_input()
+        if audio_in.given(ga):
+            return True, getattr(audio_in, ga), f"session.audio.input.{ga}"
+        return self.given(beta), getattr(self, beta), f"session.{beta}"
 
-    def rate(self) -> int | None:
-        """The input rate, if the client sent a format (beta `pcm16` is 24 kHz)."""
+    def transcription(self) -> tuple[bool, TranscriptionSettings | None, str]:
+        """(sent, settings, their parameter path for errors); sent as null is (True, None)."""
+        return self._either("transcription", "input_audio_transcription")
+
+    def noise_reduction(self) -> Sent:
+        sent, value, _ = self._either("noise_reduction", "input_audio_noise_reduction")
+        return sent, value
+
+    def encoding(self) -> tuple[str, int] | None:
+        """(ingest encoding, rate), if the client sent a format."""
         fmt = self.audio_input().format
         if fmt is not None:
-            return fmt.rate
-        return 24000 if self.input_audio_format is not None else None
+            return fmt.encoding()
+        if self.input_audio_format is not None:
+            return BETA_FORMATS[self.input_audio_format]
+        return None
 
     def turn_detection_setting(self) -> tuple[bool, TurnDetection | None]:
         """(sent, value): value None with sent True turns server VAD off."""
-        audio_in = self.audio_input()
-        if audio_in.given("turn_detection"):
-            return True, audio_in.turn_detection
-        if self.given("turn_detection"):
-            return True, self.turn_detection
-        return False, None
+        sent, value, _ = self._either("turn_detection", "turn_detection")
+        return sent, value
 
 
 class RealtimeEvent(Message):
@@ -170,7 +249,7 @@ class RealtimeEvent(Message):
 class AppendEvent(RealtimeEvent):
     type: Literal["input_audio_buffer.append"]
     audio: str
-    """base64 pcm16 at the session's rate."""
+    """base64 audio in the session's format (pcm16, or G.711 bytes)."""
 
 
 class CommitEvent(RealtimeEvent):

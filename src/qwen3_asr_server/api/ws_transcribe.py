@@ -1,17 +1,22 @@
-"""WS /ws/transcribe: the seed's raw-PCM real-time protocol (see DESIGN.md §2)."""
+"""WS /ws/transcribe: the seed's raw-PCM real-time protocol (see DESIGN.md §2).
+
+Beyond the seed: `encoding=mulaw|alaw` with `sample_rate=8000` takes raw G.711 bytes (phone
+bridges); `prompt` and `keywords` (query and `config` action) bias the decoder. In the query,
+`keywords` may be repeated and each value is also split at commas."""
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
+from ..engines.base import TranscribeRequest
 from ..errors import ServiceError
 from ..streaming.events import Final, FinalFailed, Partial, StreamEvent
-from ..streaming.ingest import PcmIngest
+from ..streaming.ingest import Encoding, PcmIngest
 from ..streaming.session import StreamSession
 from .deps import AppContext
 from .error_table import http_status
@@ -28,6 +33,7 @@ from .ws_messages import FlushAction, MessageError, ResetAction, parse_action
 
 router = APIRouter()
 SAMPLE_RATES = (8000, 16000)
+ENCODINGS: tuple[Encoding, ...] = ("pcm_s16le", "mulaw", "alaw")
 SEED_CODES = MappingProxyType(  # MessageError codes -> the seed's; anything else INVALID_VALUE
     {
         "invalid_json": "INVALID_JSON",
@@ -40,9 +46,29 @@ SEED_CODES = MappingProxyType(  # MessageError codes -> the seed's; anything els
 @dataclass
 class Echo:
     """What the client asked for, echoed by `config` as the seed did: the language as sent,
-    `auto` when auto or unset."""
+    `auto` when auto or unset; and the decoding fields as sent (`wishes`)."""
 
     language: str = "auto"
+    wishes: dict[str, Any] = field(default_factory=dict)
+
+    def decoding(self, ctx: AppContext, **changes: Any) -> TranscribeRequest:
+        """The checked decoding template with `changes`; ServiceError names the field."""
+        wishes = {**self.wishes, **changes}
+        request = ctx.transcriber.decoding(**wishes)
+        self.wishes = wishes
+        return request
+
+
+def decoding_error(exc: ServiceError) -> dict[str, Any]:
+    code = "UNSUPPORTED_LANGUAGE" if exc.param == "language" else "INVALID_VALUE"
+    return error(code, exc.message, 400)
+
+
+def query_keywords(values: list[str]) -> list[str] | None:
+    """`keywords=a&keywords=b,c` -> [a, b, c]; None when not sent."""
+    if not values:
+        return None
+    return [word for value in values for word in value.split(",")]
 
 
 def parse_bool(value: str | None, default: bool) -> bool:
@@ -126,20 +152,32 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         message = f"sample_rate must be 8000 or 16000, not {query.get('sample_rate')!r}."
         await refuse(websocket, error("UNSUPPORTED_SAMPLE_RATE", message, 400), 1003)
         return
+    encoding = query.get("encoding") or "pcm_s16le"
+    if encoding not in ENCODINGS or (encoding != "pcm_s16le" and sample_rate != 8000):
+        message = (
+            f"encoding must be pcm_s16le, or mulaw/alaw with sample_rate=8000, not {encoding!r}."
+        )
+        await refuse(websocket, error("UNSUPPORTED_ENCODING", message, 400), 1003)
+        return
+    echo = Echo(query.get("language") or "auto")
     try:
-        language = ctx.transcriber.resolve_language(query.get("language"))
+        decoding = echo.decoding(
+            ctx,
+            language=query.get("language"),
+            prompt=query.get("prompt"),
+            keywords=query_keywords(query.getlist("keywords")),
+        )
     except ServiceError as exc:
-        await refuse(websocket, error("UNSUPPORTED_LANGUAGE", exc.message, 400), 1003)
+        await refuse(websocket, decoding_error(exc), 1003)
         return
     use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
-    echo = Echo(query.get("language") or "auto")
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
     async def emit(event: StreamEvent) -> None:
         for message, droppable in to_seed(event):
             await outbox.put(message, droppable=droppable)
 
-    session = new_session(ctx, base_config(ctx, use_vad, language), emit)
+    session = new_session(ctx, base_config(ctx, use_vad, decoding), emit)
     refused = await register(ctx, session, outbox)
     if refused:
         await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
@@ -148,13 +186,13 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         {
             "status": "connected",
             "sample_rate": sample_rate,
-            "format": "pcm_s16le",
+            "format": encoding,
             "buffer_size": int(settings.ws_partial_interval * sample_rate) * 2,
             "window_max_s": settings.ws_window_max_s,
             "use_server_vad": use_vad,
         }
     )
-    ingest = PcmIngest(sample_rate, settings.ws_max_session_s)
+    ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding)
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
@@ -199,12 +237,14 @@ async def handle_action(
         await outbox.put({"status": "buffer_reset"})
     else:
         changes: dict[str, Any] = {}
-        if action.given("language"):
-            try:
-                changes["language"] = ctx.transcriber.resolve_language(action.language)
-            except ServiceError as exc:
-                await outbox.put(error("UNSUPPORTED_LANGUAGE", exc.message, 400))
-                return
+        sent = {
+            k: getattr(action, k) for k in ("language", "prompt", "keywords") if action.given(k)
+        }
+        try:
+            changes["decoding"] = echo.decoding(ctx, **sent)
+        except ServiceError as exc:
+            await outbox.put(decoding_error(exc))
+            return
         if action.given("use_server_vad"):
             changes["use_vad"] = action.use_server_vad
         session.configure(**changes)
@@ -215,5 +255,7 @@ async def handle_action(
                 "status": "configured",
                 "language": echo.language,
                 "use_server_vad": session.config.use_vad,
+                "prompt": session.config.decoding.prompt,
+                "keywords": list(session.config.decoding.keywords),
             }
         )

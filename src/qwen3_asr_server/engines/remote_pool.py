@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 from loguru import logger
 
-from ..config import redact_url
+from ..redact import redact_url
 from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
 
 POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot

@@ -19,7 +19,24 @@ class EngineWrapper:
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
-        self.name, self.model_id = inner.name, inner.model_id
+
+    # read through, not copied: a remote engine learns its model id from the backends, and
+    # a Qwen engine's default depends on the device it finds at load
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.inner.name = value
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @model_id.setter
+    def model_id(self, value: str) -> None:
+        self.inner.model_id = value
 
     @property
     def device(self) -> str:

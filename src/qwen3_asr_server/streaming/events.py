@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..errors import ServiceError
+from ..transcript import TokenLogprob, TokenUsage
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,19 @@ class SpeechStopped:
 
 
 @dataclass(frozen=True)
+class TimedOut:
+    """Server VAD heard no speech for the session's `idle_timeout_ms` (from `start_ms` to
+    `end_ms`); an empty item, numbered `utterance`, is committed next."""
+
+    utterance: int
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
 class Committed:
     """The utterance is closed and waits for its final (`reason`: silence, max_length,
-    flush, commit, reset, or the close reason)."""
+    flush, commit, reset, idle_timeout, or the close reason)."""
 
     utterance: int
     reason: str
@@ -52,13 +63,18 @@ class Partial:
 class Final:
     """The committed utterance's transcript. `answers`: the flushes sent while it was
     pending, which it answers; `duration`: the client's audio in it, in seconds, without
-    the padding the server added."""
+    the padding the server added. `language`: the detected (or forced) ISO code;
+    `logprobs` (when the session's decoding asked) and `usage` (tokens) when the engine
+    gave them."""
 
     utterance: int
     text: str
     reason: str
     answers: tuple[str, ...]
     duration: float
+    language: str | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    usage: TokenUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -73,5 +89,5 @@ class FinalFailed:
     error: ServiceError
 
 
-StreamEvent = SpeechStarted | SpeechStopped | Committed | Partial | Final | FinalFailed
+StreamEvent = SpeechStarted | SpeechStopped | TimedOut | Committed | Partial | Final | FinalFailed
 Emit = Callable[[StreamEvent], Awaitable[None]]

@@ -16,7 +16,8 @@ events (`events.py`) through `emit`. Where turns start and end is the TurnDetect
   turns.EARLY_FINAL_MS before the end-of-utterance silence is complete (dropped if speech
   resumes), so its latency overlaps the silence wait. Silence costs no other inference.
 - A final is produced on end of speech, maximum length (cut at the quietest point), flush,
-  reset and close (disconnect, shutdown); it is never dropped.
+  reset and close (disconnect, shutdown); it is never dropped. An idle timeout (server VAD,
+  `idle_timeout_ms` of audio without speech) commits an empty item, whose final is empty.
 - Audio waiting for its final is bounded (`max_pending_s`): past it, `feed()` waits until
   finals catch up, so the transport stops reading the client (back-pressure).
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,9 +37,20 @@ from ..errors import InferenceError, ServiceError
 from ..pcm import SAMPLE_RATE
 from ..vad import FRAME, SileroModel
 from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
-from .events import Committed, Emit, Final, FinalFailed, Partial, SpeechStarted, SpeechStopped
+from .config import AudioSource, Heard, StreamConfig, Transcribe
+from .events import (
+    Committed,
+    Emit,
+    Final,
+    FinalFailed,
+    Partial,
+    SpeechStarted,
+    SpeechStopped,
+    TimedOut,
+)
 from .turns import (
     EarlyFinalPoint,
+    IdleTimeout,
     MaxLengthCut,
     PartialDue,
     SpeechResumed,
@@ -49,26 +61,9 @@ from .turns import (
 )
 from .utterance import Utterance
 
-AudioSource = np.ndarray | Callable[[], np.ndarray]
-# (audio or a function that returns it when the job starts, language, partial) -> text
-# A partial may come back as a Draft (words with probabilities), a final is always text.
-Transcribe = Callable[[AudioSource, str | None, bool], Coroutine[Any, Any, str | Draft]]
 # close() reasons after which no client waits for the finals: they run at upload priority
 CLIENT_GONE = frozenset({"disconnect", "slow_client"})
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    use_vad: bool = True
-    language: str | None = None  # ISO code, None = detect
-    vad_threshold: float = 0.5
-    end_silence_ms: int = 500
-    prefix_padding_ms: int = 300
-    partial_interval_s: float = 0.45
-    window_max_s: float = 15.0
-    max_utterance_s: float = 25.0
-    flush_silence_ms: int = 600
-    max_pending_s: float = 60.0  # audio waiting for its final before feed() waits
+__all__ = ["AudioSource", "Heard", "StreamConfig", "StreamSession", "Transcribe"]
 
 
 @dataclass
@@ -78,7 +73,7 @@ class PendingFinal:
     utt: Utterance
     audio: np.ndarray  # what is transcribed: the client's audio plus any padding
     reason: str
-    early: asyncio.Task[str] | None
+    early: asyncio.Task[Heard] | None
     committed: float  # time.monotonic() of the commit
     seconds: float  # the client's audio in it, without padding (Realtime usage)
     answers: list[str] = field(default_factory=list)  # flushes this final answers
@@ -104,7 +99,7 @@ class StreamSession:
         self._partial: asyncio.Task[None] | None = None
         # Early final: once the silence is most of the way to ending the utterance, its
         # transcription starts; if the silence holds, that result is the final.
-        self._early: asyncio.Task[str] | None = None
+        self._early: asyncio.Task[Heard] | None = None
         self._early_len = 0
         self._finals: asyncio.Queue[PendingFinal | None] = asyncio.Queue()
         self._last_final: PendingFinal | None = None  # queued or running, not yet emitted
@@ -218,6 +213,9 @@ class StreamSession:
             case MaxLengthCut(head, padded):
                 await self._commit("max_length", head, padded)
                 self._agreement.reset()  # the next utterance's stable text starts empty
+            case IdleTimeout(number, start_ms, end_ms):
+                await self._emit(TimedOut(number, start_ms, end_ms))
+                await self._commit("idle_timeout", Utterance(number, 0, self.turns.pos), 0)
             case PartialDue(utt) if self._partial is None and self._early is None:
                 self.turns.partial_started()  # (no partial while a final is transcribed)
                 self._partial = asyncio.create_task(self._run_partial(utt))
@@ -232,7 +230,7 @@ class StreamSession:
         if reason == "silence":  # the silence held: the early transcription is the final
             early, self._early = self._early, None
         self._cancel_early()  # any other commit: the early transcription is stale
-        if utt is None or utt.length == 0:
+        if utt is None or (utt.length == 0 and reason != "idle_timeout"):
             return None
         audio = utt.audio[: self._early_len] if early is not None else utt.audio
         seconds = (len(audio) - min(padded, len(audio))) / SAMPLE_RATE
@@ -258,16 +256,20 @@ class StreamSession:
             self._partial.cancel()  # removes the job from the queue if it has not started
             self._partial = None
 
-    async def _final_text(self, audio: np.ndarray) -> str:
-        result = await self._transcribe(audio, self.config.language, False)
-        return result if isinstance(result, str) else result.confident_text(0.0)
+    async def _final_text(self, audio: np.ndarray) -> Heard:
+        if not len(audio):  # an idle timeout's empty item
+            return Heard("", self.config.language)
+        result = await self._transcribe(audio, self.config.decoding, False)
+        if isinstance(result, Draft):
+            return Heard(result.confident_text(0.0))
+        return result if isinstance(result, Heard) else Heard(result)
 
     async def _run_partial(self, utt: Utterance) -> None:
         window_s = self.config.window_max_s
-        hypothesis: str | Draft | None = None
+        hypothesis: str | Draft | Heard | None = None
         try:  # the window is taken when the job starts: the newest audio, not stale audio
             hypothesis = await self._transcribe(
-                lambda: utt.tail(window_s), self.config.language, True
+                lambda: utt.tail(window_s), self.config.decoding, True
             )
         except ServiceError as exc:  # queue full / timeout: skip this partial, keep going
             logger.debug("partial skipped: {}", exc.message)
@@ -284,7 +286,7 @@ class StreamSession:
             text = hypothesis.confident_text(MIN_WORD_PROB)
             shown = text if utt.partials else hypothesis.confident_text(0.0)
         else:
-            text = shown = hypothesis
+            text = shown = hypothesis if isinstance(hypothesis, str) else hypothesis.text
         stable = self._agreement.update(text)
         shown = held_back(shown, stable)
         if not shown or (shown, stable) == utt.shown:
@@ -313,9 +315,9 @@ class StreamSession:
         utt = item.utt
         try:
             if item.early is not None:
-                text = await item.early
+                heard = await item.early
             else:
-                text = await self._final_text(item.audio)
+                heard = await self._final_text(item.audio)
         except Exception as exc:
             # Finals are never refused for queue depth; this is a failure (no backend, a
             # timeout, the model cannot load): the client hears why and whether to retry.
@@ -334,7 +336,9 @@ class StreamSession:
             )
             return
         seconds = len(item.audio) / SAMPLE_RATE
-        logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, text)
+        logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, heard.text)
         if self._last_final is item:
             self._last_final = None  # a flush from now on is answered by its own final
-        await self._emit(Final(utt.id, text, item.reason, tuple(item.answers), item.seconds))
+        answers = tuple(item.answers)
+        final = Final(utt.id, heard.text, item.reason, answers, item.seconds, heard.language)
+        await self._emit(replace(final, logprobs=heard.logprobs, usage=heard.usage))

@@ -36,6 +36,8 @@ class TurnConfig(Protocol):
     def partial_interval_s(self) -> float: ...
     @property
     def max_utterance_s(self) -> float: ...
+    @property
+    def idle_timeout_ms(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,31 @@ class MaxLengthCut:
 
 
 @dataclass(frozen=True)
+class IdleTimeout:
+    """Server VAD with `idle_timeout_ms`: no speech from `start_ms` to `end_ms` (that long)
+    and no open utterance. `utterance` is the number of the empty item to commit."""
+
+    utterance: int
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
 class PartialDue:
     """`partial_interval_s` of new speech since the last partial started."""
 
     utt: Utterance
 
 
-TurnEvent = TurnStarted | SpeechResumed | EarlyFinalPoint | TurnEnded | MaxLengthCut | PartialDue
+TurnEvent = (
+    TurnStarted
+    | SpeechResumed
+    | EarlyFinalPoint
+    | TurnEnded
+    | MaxLengthCut
+    | IdleTimeout
+    | PartialDue
+)
 
 
 class TurnDetector:
@@ -95,6 +115,7 @@ class TurnDetector:
         self._since_partial = 0  # samples of speech since the last partial was started
         self.pos = 0  # samples consumed by the framing (the end of the last frame)
         self._padded = 0  # samples of the open utterance that are padding, not client audio
+        self.idle = 0  # samples without speech and without an open utterance (idle timeout)
 
     # -- framing -------------------------------------------------------------------------
     def frames(self, samples: np.ndarray) -> np.ndarray:
@@ -128,7 +149,7 @@ class TurnDetector:
                 self._preroll.append(frame)
                 keep = max(1, cfg.prefix_padding_ms * SAMPLE_RATE // 1000 // FRAME)
                 del self._preroll[:-keep]
-                return []
+                return self._idle()
             return [TurnStarted(self._start(frame))]
         events: list[TurnEvent] = []
         utt.add(frame)
@@ -151,6 +172,16 @@ class TurnDetector:
             events.append(PartialDue(utt))
         return events
 
+    def _idle(self) -> list[TurnEvent]:
+        """One more silent frame with no utterance open: the idle timeout when it is due."""
+        self.idle += FRAME
+        timeout = self.config.idle_timeout_ms
+        if not (self.config.use_vad and timeout and self.idle * 1000 >= timeout * SAMPLE_RATE):
+            return []
+        start = self.pos - self.idle
+        self.idle = 0
+        return [IdleTimeout(next(self._ids), self.ms(start), self.ms(self.pos))]
+
     def partial_started(self) -> None:
         self._since_partial = 0
 
@@ -158,6 +189,7 @@ class TurnDetector:
         """Close the open utterance: it and how many of its samples are padding."""
         utt, self.utterance = self.utterance, None
         padded, self._padded = self._padded, 0
+        self.idle = self.silence if utt is not None else self.idle  # silence since speech
         self.silence = 0
         return utt, padded
 
@@ -165,6 +197,7 @@ class TurnDetector:
         """Drop the open utterance and the part frame (OpenAI's input_audio_buffer.clear)."""
         self.utterance = None
         self.silence = 0
+        self.idle = 0
         self._leftover = np.zeros(0, dtype=np.float32)
 
     def reset(self) -> None:
@@ -182,6 +215,7 @@ class TurnDetector:
         utt.add(frame)
         self.utterance = utt
         self.silence = 0
+        self.idle = 0
         interval = self.config.partial_interval_s
         first = min(FIRST_PARTIAL_S, interval)
         self._since_partial = FRAME + int((interval - first) * SAMPLE_RATE)

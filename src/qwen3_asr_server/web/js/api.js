@@ -51,13 +51,13 @@ export async function apiFetch(path, options = {}) {
   return response;
 }
 
-// WebSocket URL and subprotocols: browsers cannot set headers, so the key goes in the
-// `openai-insecure-api-key.<key>` subprotocol (with `realtime`, which the server echoes).
-export function openSocket(path, params) {
+// WebSocket URL and subprotocols: browsers cannot set headers, so the key (the API key, or
+// on /v1/realtime a client secret) goes in the `openai-insecure-api-key.<key>` subprotocol
+// (with `realtime`, which the server echoes).
+export function openSocket(path, params, key = apiKey()) {
   const url = new URL(path, location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   for (const [name, value] of Object.entries(params)) url.searchParams.set(name, value);
-  const key = apiKey();
   const protocols = key ? ["realtime", `openai-insecure-api-key.${key}`] : [];
   return new WebSocket(url, protocols);
 }

@@ -1,7 +1,10 @@
 // Live: microphone -> AudioWorklet (16 kHz PCM s16le) -> /ws/transcribe; partials with the
 // stable prefix set apart, finals with their times, VAD/language, level meter, reconnects.
+// With an API key the page speaks /v1/realtime instead, opened with a client secret
+// (realtime.js), so the key itself never travels on the WebSocket.
 
-import { openSocket, unauthorized } from "./api.js";
+import { apiKey, openSocket, unauthorized } from "./api.js";
+import { appendAudio, COMMIT, openRealtime, sessionUpdate } from "./realtime.js";
 import { $, clock, showError } from "./util.js";
 
 const RECONNECT_DELAYS_MS = [500, 1000, 2000, 4000, 8000];
@@ -10,6 +13,10 @@ const FATAL_CODES = new Set(["UNAUTHORIZED", "UNSUPPORTED_SAMPLE_RATE", "UNSUPPO
 let running = false;
 let audio = null; // {context, stream, node}
 let socket = null;
+let realtime = false; // this socket speaks /v1/realtime (the page has an API key)
+let ready = false; // /v1/realtime: session.updated came, so appended audio is 16 kHz
+let deltas = ""; // /v1/realtime: the open utterance's text so far
+let connects = 0; // the latest connect() wins (minting a secret takes a round trip)
 let attempts = 0;
 let startedAt = 0; // performance.now() when the microphone started
 let utteranceStart = null; // seconds since start when the open utterance's first partial came
@@ -65,14 +72,76 @@ function onMessage(event) {
   }
 }
 
-function connect() {
-  const params = { sample_rate: "16000", use_server_vad: String($("vad").checked) };
+// /v1/realtime events -> the same view as /ws/transcribe's (its deltas are stable text only).
+function onRealtimeMessage(event) {
+  const message = JSON.parse(event.data);
+  switch (message.type) {
+    case "session.created":
+      socket?.send(sessionUpdate($("live-language").value, $("vad").checked));
+      break;
+    case "session.updated":
+      ready = true;
+      attempts = 0;
+      showError($("live-error"), "");
+      status(`Listening (${$("vad").checked ? "server VAD" : "VAD off: flush to finish"}).`);
+      break;
+    case "input_audio_buffer.speech_started":
+      utteranceStart ??= elapsed();
+      break;
+    case "conversation.item.input_audio_transcription.delta":
+      utteranceStart ??= elapsed();
+      deltas += message.delta;
+      setPartial(deltas, deltas);
+      break;
+    case "conversation.item.input_audio_transcription.completed":
+      deltas = "";
+      if (message.transcript) addFinal(message.transcript);
+      else setPartial("", "");
+      break;
+    case "conversation.item.input_audio_transcription.failed":
+      showError($("live-error"), message.error.message);
+      break;
+    case "error": {
+      const { code, message: text } = message.error;
+      if (code === "input_audio_buffer_commit_empty") break; // flush with nothing buffered
+      showError($("live-error"), `${text} (${code})`);
+      if (code === "invalid_api_key") unauthorized(text);
+      if (["invalid_api_key", "too_many_sessions"].includes(code)) stop();
+      break;
+    }
+  }
+}
+
+async function openLive() {
   const language = $("live-language").value;
-  if (language && language !== "auto") params.language = language;
+  if (!apiKey()) {
+    const params = { sample_rate: "16000", use_server_vad: String($("vad").checked) };
+    if (language && language !== "auto") params.language = language;
+    return openSocket("/ws/transcribe", params);
+  }
+  return openRealtime();
+}
+
+async function connect() {
+  const generation = ++connects;
   status("Connecting…");
-  const ws = openSocket("/ws/transcribe", params);
+  let ws;
+  try {
+    ws = await openLive();
+  } catch (error) {
+    showError($("live-error"), error.message); // minting the client secret failed
+    stop();
+    return;
+  }
+  if (!running || generation !== connects) {
+    ws.close();
+    return;
+  }
+  realtime = Boolean(apiKey());
+  ready = false;
+  deltas = "";
   ws.binaryType = "arraybuffer";
-  ws.onmessage = onMessage;
+  ws.onmessage = realtime ? onRealtimeMessage : onMessage;
   ws.onclose = (event) => {
     if (socket !== ws) return;
     socket = null;
@@ -104,7 +173,9 @@ async function startAudio() {
   const node = new AudioWorkletNode(context, "pcm-s16le");
   node.port.onmessage = ({ data }) => {
     $("level").style.width = `${Math.min(100, Math.round(Math.sqrt(data.level) * 100))}%`;
-    if (socket && socket.readyState === WebSocket.OPEN) socket.send(data.pcm);
+    if (!socket || socket.readyState !== WebSocket.OPEN) return;
+    if (!realtime) socket.send(data.pcm);
+    else if (ready) socket.send(appendAudio(data.pcm));
   };
   source.connect(node);
   return { context, stream, node };
@@ -134,7 +205,7 @@ function stop() {
   if (ws) {
     if (ws.readyState === WebSocket.OPEN) {
       // The open utterance gets its final, then the socket closes.
-      ws.send(JSON.stringify({ action: "flush" }));
+      ws.send(realtime ? COMMIT : JSON.stringify({ action: "flush" }));
       ws.onclose = null;
       setTimeout(() => ws.close(1000), 3000);
     } else {
@@ -162,6 +233,10 @@ function updateButtons() {
 function sendConfig() {
   if (!socket || socket.readyState !== WebSocket.OPEN) return;
   const language = $("live-language").value;
+  if (realtime) {
+    socket.send(sessionUpdate(language, $("vad").checked));
+    return;
+  }
   socket.send(
     JSON.stringify({ action: "config", language: language || "auto", use_server_vad: $("vad").checked }),
   );
@@ -170,7 +245,9 @@ function sendConfig() {
 export function setupLive() {
   $("live-toggle").addEventListener("click", () => (running ? stop() : start()));
   $("live-flush").addEventListener("click", () => {
-    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ action: "flush" }));
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(realtime ? COMMIT : JSON.stringify({ action: "flush" }));
+    }
   });
   $("vad").addEventListener("change", sendConfig);
   $("live-language").addEventListener("change", sendConfig);

@@ -1,5 +1,7 @@
 // Upload: pick or drop a file, stream its transcript segment by segment (the SSE stream
-// /v1/audio/transcriptions/stream, whose events carry start/end), downloads.
+// /v1/audio/transcriptions/stream, whose events carry start/end), downloads. With
+// "Speakers", OpenAI's diarized stream instead: one `transcript.text.segment` per speaker
+// turn, shown coloured by speaker, and subtitles downloaded with the labels.
 
 import { apiFetch } from "./api.js";
 import { $, clock, saveBlob, showError, sseEvents } from "./util.js";
@@ -8,6 +10,7 @@ let file = null;
 let transcript = "";
 let duration = 0;
 let language = "";
+const speakerColours = new Map(); // speaker label -> colour index, by order of first speech
 
 // The file's duration from its metadata (the progress bar's denominator), or 0.
 function probeDuration(blob) {
@@ -53,7 +56,16 @@ function addSegment(event) {
   time.textContent = `${clock(event.start)} – ${clock(event.end)}`;
   const text = document.createElement("span");
   text.textContent = event.text;
-  item.append(time, text);
+  item.append(time);
+  if (event.speaker) {
+    if (!speakerColours.has(event.speaker)) speakerColours.set(event.speaker, speakerColours.size);
+    const who = document.createElement("span");
+    who.className = `speaker s${speakerColours.get(event.speaker) % 6}`;
+    who.textContent = event.speaker;
+    item.dataset.speaker = event.speaker;
+    item.append(who);
+  }
+  item.append(text);
   $("segments").append(item);
   item.scrollIntoView({ block: "nearest" });
 }
@@ -77,16 +89,27 @@ async function transcribe() {
   setState("running", "Uploading…");
   try {
     duration = await probeDuration(file);
-    const response = await apiFetch("/v1/audio/transcriptions/stream", {
-      method: "POST",
-      body: form(),
-    });
+    const speakers = $("speakers").checked;
+    speakerColours.clear();
+    const response = speakers
+      ? await apiFetch("/v1/audio/transcriptions", {
+          method: "POST",
+          body: form({ response_format: "diarized_json", stream: "true" }),
+        })
+      : await apiFetch("/v1/audio/transcriptions/stream", { method: "POST", body: form() });
     setState("running", "Transcribing…");
     for await (const data of sseEvents(response)) {
       if (data === "[DONE]") break;
       const event = JSON.parse(data);
       if (event.error) throw new Error(event.error.message);
-      if (event.type === "segment") {
+      if (event.type === "transcript.text.segment") {
+        addSegment(event);
+        if (duration) setProgress(event.end / duration);
+        setState("running", `Transcribing… ${clock(event.end)}${duration ? ` of ${clock(duration)}` : ""}`);
+      } else if (event.type === "transcript.text.done") {
+        transcript = event.text || "";
+        language = (event.languages || []).map((l) => l.code).join(", ");
+      } else if (event.type === "segment") {
         addSegment(event);
         if (duration) setProgress(event.end / duration);
         setState("running", `Transcribing… ${clock(event.end)}${duration ? ` of ${clock(duration)}` : ""}`);
@@ -118,7 +141,11 @@ async function downloadSubtitles(format) {
   try {
     const response = await apiFetch("/v1/audio/subtitles", {
       method: "POST",
-      body: form({ response_format: format, mode: $("sub-mode").value }),
+      body: form({
+        response_format: format,
+        mode: $("sub-mode").value,
+        ...($("speakers").checked ? { diarize: "true" } : {}),
+      }),
     });
     saveBlob(await response.blob(), `${baseName()}.${format}`);
     $("upload-status").textContent = previous;

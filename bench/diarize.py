@@ -1,0 +1,124 @@
+"""Speaker diarization (issue 32): speed, memory, accuracy and the extra latency it adds.
+
+    .venv/bin/python bench/diarize.py [--minutes 1,10,60] [--threads 1,2]
+
+- seconds of diarization per audio minute, with 1 and 2 torch threads;
+- peak RSS of a process that diarizes 1, 10 and 60 minutes (each in its own process);
+- confusion and DER (0.25 s collar) on the committed three-voice meeting clip;
+- a diarized request (`diarized_json`) against a plain one on the same clip (whisper-tiny.en).
+The long inputs repeat the 42 s meeting clip (three voices, turns with gaps, one overlap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+from common import ROOT
+
+import httpx
+import numpy as np
+import soundfile as sf
+
+from diar_metrics import scores
+from proc import ServerProcess
+
+CLIP = ROOT / "tests" / "data" / "speech" / "meeting.wav"
+
+
+def child(minutes: float, threads: int) -> None:
+    """One measurement in this process: prints JSON {seconds, rss_mb, speakers}."""
+    from qwen3_asr_server.engines.diarize import SenkoDiarizer
+
+    clip, _ = sf.read(CLIP, dtype="float32")
+    audio = np.tile(clip, int(np.ceil(minutes * 60 / (len(clip) / 16000))))[
+        : int(minutes * 60 * 16000)
+    ]
+    diarizer = SenkoDiarizer(threads=threads)
+    diarizer.load()
+    started = time.perf_counter()
+    result = diarizer.diarize(audio)
+    seconds = time.perf_counter() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "rss_mb": rss, "speakers": len(result.centroids)}))
+
+
+def measure(minutes: float, threads: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(minutes), str(threads)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def accuracy() -> None:
+    from qwen3_asr_server.engines.diarize import SenkoDiarizer
+
+    audio, _ = sf.read(CLIP, dtype="float32")
+    truth = json.loads(CLIP.with_suffix(".json").read_text())
+    diarizer = SenkoDiarizer()
+    diarizer.load()
+    result = diarizer.diarize(audio)
+    hyp = [(str(t.speaker), t.start, t.end) for t in result.turns]
+    ref = [(t["speaker"], t["start"], t["end"]) for t in truth]
+    s = scores(ref, hyp, collar=0.25)
+    print(
+        f"meeting.wav (3 voices, 42 s): {s['speakers']:.0f} speakers found; confusion "
+        f"{s['confusion'] * 100:.1f}%, DER {s['der'] * 100:.1f}% (missed {s['missed'] * 100:.1f}%, "
+        f"false alarm {s['false_alarm'] * 100:.1f}%), 0.25 s collar, overlap not scored"
+    )
+
+
+def latency() -> None:
+    server = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING"})
+    try:
+        server.wait_healthy()
+        url = server.url + "/v1/audio/transcriptions"
+        files = {"file": ("meeting.wav", CLIP.read_bytes())}
+        httpx.post(url, files=files, data={"response_format": "diarized_json"}, timeout=600)
+        times: dict[str, list[float]] = {"plain": [], "diarized": []}
+        for _ in range(3):
+            for kind, data in (("plain", {}), ("diarized", {"response_format": "diarized_json"})):
+                started = time.perf_counter()
+                httpx.post(url, files=files, data=data, timeout=600).raise_for_status()
+                times[kind].append(time.perf_counter() - started)
+        plain, diarized = (float(np.median(times[k])) for k in ("plain", "diarized"))
+        print(
+            f"request on the 42 s clip (whisper-tiny.en, median of 3): plain {plain:.2f} s, "
+            f"diarized_json {diarized:.2f} s (+{diarized - plain:.2f} s, {diarized / plain:.2f}x)"
+        )
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        child(float(sys.argv[2]), int(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", default="1,10,60")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args()
+    accuracy()
+    for minutes in (float(m) for m in args.minutes.split(",")):
+        for threads in (int(t) for t in args.threads.split(",")):
+            if minutes > 10 and threads != 2:
+                continue  # the long run once, for memory
+            m = measure(minutes, threads)
+            print(
+                f"{minutes:g} min, {threads} thread(s): {m['seconds'] / minutes:.2f} s per audio "
+                f"minute, peak RSS {m['rss_mb']:.0f} MB, {m['speakers']:.0f} speakers"
+            )
+    if not args.skip_latency:
+        latency()
+
+
+if __name__ == "__main__":
+    main()

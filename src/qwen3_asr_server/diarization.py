@@ -1,0 +1,181 @@
+"""Transcription with speakers: the whole file is diarized once (so labels stay consistent
+across an hour), beside its transcription, and the words are then cut at speaker turns
+(`speakers.py`). Known speakers' reference clips are fingerprinted first.
+
+The diarizer loads with the first diarized request and unloads with the model; it runs on a
+worker thread beside the inference queue (one diarization at a time), not in the queue, so
+a long file's diarization never holds up the real-time jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import io
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .audio import Audio, decode_audio
+from .engines.base import ModelLoadError
+from .engines.diarize import Diarization, DiarizingEngine, diarizing
+from .errors import BadRequestError, NotConfiguredError, ServiceError, TooLargeError
+from .long_form import SegmentResult, merge
+from .service import Options, Transcriber
+from .speakers import by_speaker, speaker_names
+from .transcript import Segment, Transcript
+
+MAX_KNOWN_SPEAKERS = 4  # as OpenAI documents
+REFERENCE_SECONDS = (2.0, 10.0)
+
+
+@dataclass(frozen=True)
+class KnownSpeaker:
+    name: str
+    audio: np.ndarray  # 16 kHz mono
+
+
+def known_speakers(names: list[str] | None, references: list[str] | None) -> list[KnownSpeaker]:
+    """`known_speaker_names[]` with `known_speaker_references[]` (data URLs of 2-10 s clips);
+    a clear 400 naming the field for anything else."""
+    names, references = names or [], references or []
+    if len(names) != len(references):
+        raise BadRequestError(
+            f"known_speaker_names[] has {len(names)} entries and known_speaker_references[] "
+            f"{len(references)}: give one reference clip per name.",
+            param="known_speaker_references",
+        )
+    if len(names) > MAX_KNOWN_SPEAKERS:
+        raise BadRequestError(
+            f"At most {MAX_KNOWN_SPEAKERS} known speakers.", param="known_speaker_names"
+        )
+    if len({n.strip() for n in names}) != len(names) or not all(n.strip() for n in names):
+        raise BadRequestError(
+            "known_speaker_names[] must be distinct, non-empty names.", param="known_speaker_names"
+        )
+    return [
+        KnownSpeaker(n.strip(), reference_audio(i, r))
+        for i, (n, r) in enumerate(zip(names, references, strict=True))
+    ]
+
+
+def reference_audio(index: int, url: str) -> np.ndarray:
+    param = "known_speaker_references"
+    header, _, data = url.partition(",")
+    if not header.startswith("data:") or ";base64" not in header or not data:
+        raise BadRequestError(
+            f"known_speaker_references[{index}] must be a data URL (data:audio/wav;base64,...).",
+            param=param,
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequestError(
+            f"known_speaker_references[{index}] is not valid base64.", param=param
+        ) from None
+    try:
+        audio = decode_audio(io.BytesIO(raw), content_type=header[5:].split(";")[0] or None)
+    except ServiceError as exc:
+        raise BadRequestError(
+            f"known_speaker_references[{index}]: {exc.message}", param=param
+        ) from None
+    low, high = REFERENCE_SECONDS
+    if not low <= audio.duration <= high:
+        raise BadRequestError(
+            f"known_speaker_references[{index}] is {audio.duration:.1f} s long; a reference "
+            f"clip must be {low:g}-{high:g} s.",
+            param=param,
+        )
+    return audio.samples
+
+
+class SpeakerTranscriber:
+    """Transcriptions with speakers, for the upload routes."""
+
+    def __init__(self, transcriber: Transcriber, max_seconds: float) -> None:
+        self.transcriber = transcriber
+        self.max_seconds = max_seconds
+
+    def _engine(self) -> DiarizingEngine:
+        engine = diarizing(self.transcriber.manager.engine)
+        if engine is None:
+            raise NotConfiguredError("Speaker diarization is not set up on this server.")
+        return engine
+
+    def check(self, audio: Audio) -> None:
+        if audio.duration > self.max_seconds:
+            raise TooLargeError(
+                f"The audio is {audio.duration:.0f} s long; diarization takes at most "
+                f"{self.max_seconds:g} s (DIARIZE_MAX_SECONDS).",
+                param="file",
+            )
+
+    async def _diarize(self, samples: np.ndarray) -> Diarization:
+        try:
+            return await asyncio.to_thread(self._engine().diarize, samples)
+        except ModelLoadError as exc:
+            raise NotConfiguredError(str(exc)) from exc
+
+    async def _voices(self, known: list[KnownSpeaker]) -> list[tuple[str, np.ndarray]]:
+        voices = []
+        for i, speaker in enumerate(known):
+            try:
+                voice = await asyncio.to_thread(self._engine().voice, speaker.audio)
+            except ModelLoadError as exc:
+                raise NotConfiguredError(str(exc)) from exc
+            if voice is None:
+                raise BadRequestError(
+                    f"known_speaker_references[{i}] holds no speech.",
+                    param="known_speaker_references",
+                )
+            voices.append((speaker.name, voice))
+        return voices
+
+    async def stream(
+        self, audio: Audio, options: Options, known: list[KnownSpeaker]
+    ) -> AsyncIterator[tuple[list[Segment], Transcript | None]]:
+        """Speaker segments as they become final, in order; the last item also carries the
+        whole transcript (its segments: one per speaker turn)."""
+        self.check(audio)
+        async with self.transcriber.manager.use():
+            voices = await self._voices(known)
+            job = asyncio.create_task(self._diarize(audio.samples))
+            try:
+                parts: list[SegmentResult] = []
+                sent = 0
+                async for part in self.transcriber.stream(audio, options):
+                    parts.append(part)
+                    if job.done():  # words up to this part are final: all but the open turn
+                        current = self._assemble(parts, audio, options, job.result(), voices)
+                        ready = current.segments[:-1]
+                        if len(ready) > sent:
+                            yield ready[sent:], None
+                            sent = len(ready)
+                diarization = await job
+            finally:
+                if not job.done():
+                    job.cancel()
+            result = self._assemble(parts, audio, options, diarization, voices)
+            yield result.segments[sent:], result
+
+    def _assemble(
+        self,
+        parts: list[SegmentResult],
+        audio: Audio,
+        options: Options,
+        diarization: Diarization,
+        voices: list[tuple[str, np.ndarray]],
+    ) -> Transcript:
+        merged = merge(parts, audio, options.request.language)
+        return by_speaker(merged, diarization, speaker_names(diarization, voices))
+
+    async def transcribe(
+        self, audio: Audio, options: Options, known: list[KnownSpeaker]
+    ) -> Transcript:
+        result: Transcript | None = None
+        async for _, whole in self.stream(audio, options, known):
+            result = whole or result
+        assert result is not None
+        return result

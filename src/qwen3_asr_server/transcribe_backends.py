@@ -1,0 +1,162 @@
+"""The two ways `qwen3-asr-server transcribe` turns a file into output bodies: `Local` (the
+server's own pipeline in this process) and `Remote` (a running server through the `openai`
+SDK, the body it answers as it is)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from collections.abc import Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from .config import Settings
+
+if TYPE_CHECKING:
+    from .transcribe_cli import Job
+
+FORMATS = {  # --format -> (the API's response_format, the output file's suffix)
+    "txt": ("text", ".txt"),
+    "srt": ("srt", ".srt"),
+    "vtt": ("vtt", ".vtt"),
+    "json": ("json", ".json"),
+    "verbose_json": ("verbose_json", ".verbose.json"),
+}
+Progress_ = Callable[[float], None]  # audio seconds of the file done so far
+
+
+class Local:
+    """The server's pipeline in this process: engine, model manager, scheduler, segmenter."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def __aenter__(self) -> Local:
+        from .engines import create_engine
+        from .lifecycle import ModelManager
+        from .model_plan import plan_model, precheck
+        from .scheduler import PriorityScheduler
+        from .segmentation import Segmenter
+        from .service import Transcriber
+        from .vad import SileroModel
+
+        s = self.settings
+        plan = plan_model(s)
+        engine = create_engine(plan.settings)
+        self.scheduler = PriorityScheduler(
+            s.max_queue, max_batch=s.max_batch_size, workers=engine.capacity
+        )
+        self.scheduler.start()
+        self.manager = ModelManager(
+            engine,
+            idle_timeout=0,
+            busy=lambda: self.scheduler.busy,
+            download=plan.background(),
+            fallback=plan.fallback,
+            precheck=precheck,
+        )
+        self.vad = SileroModel()
+        segmenter = Segmenter(s.segment_max_seconds, self.vad if s.segment_vad else None)
+        self.transcriber = Transcriber(s, self.manager, self.scheduler, segmenter)
+        await self.manager.start()
+        if self.manager.download is not None:  # a command line waits for it
+            print(f"downloading {', '.join(self.manager.download.repos)} first ...", flush=True)
+            await self.manager.download.finished.wait()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.scheduler.stop)
+        await self.manager.stop()
+        self.vad.close()
+
+    async def transcribe(
+        self, job: Job, formats: list[str], language: str | None, progress: Progress_
+    ) -> dict[str, bytes]:
+        from fastapi import UploadFile
+
+        from .api.forms import TranscriptionForm
+        from .api.transcriptions import format_response
+        from .audio import decode_audio
+        from .engines.base import ModelLoadError
+        from .long_form import merge
+        from .vad import fill_no_speech_probs
+
+        def decode() -> Any:
+            with job.path.open("rb") as f:
+                return decode_audio(
+                    f, filename=job.path.name, max_seconds=self.settings.max_audio_seconds
+                )
+
+        audio = await asyncio.to_thread(decode)
+        job.seconds = audio.duration
+        bodies: dict[str, bytes] = {}
+        done: list[tuple[Any, Any]] = []  # (decoding key, transcript)
+        for fmt in formats:
+            upload = UploadFile(io.BytesIO(b""), filename=job.path.name)
+            form = TranscriptionForm.model_validate(
+                {"file": upload, "response_format": FORMATS[fmt][0], "language": language}
+            )
+            options = form.to_options(self.transcriber)
+            # json/text and srt/vtt/verbose_json decode alike: one transcription each
+            key = (options.request.segment_times, options.request.word_timestamps)
+            result = next((r for k, r in done if k == key), None)
+            if result is None:
+                parts = []
+                async for part in self.transcriber.stream(audio, options):
+                    parts.append(part)
+                    progress(part.span.end_s)
+                result = merge(parts, audio, options.request.language)
+                if fmt == "verbose_json":  # as the route does (no VAD installed: 0.0 stays)
+                    with suppress(ModelLoadError):
+                        await asyncio.to_thread(
+                            fill_no_speech_probs, self.vad, audio.samples, result.segments
+                        )
+                done.append((key, result))
+            response = format_response(result, form, options, {})
+            bodies[fmt] = bytes(response.body)
+        return bodies
+
+
+class Remote:
+    """A running server through the openai SDK: the body it answers, as it is."""
+
+    def __init__(self, url: str, api_key: str | None) -> None:
+        base = url.rstrip("/")
+        self.base_url = base if base.endswith("/v1") else base + "/v1"
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
+
+    async def __aenter__(self) -> Remote:
+        try:
+            from openai import AsyncOpenAI
+        except ImportError:  # the `translate` extra brings it
+            raise SystemExit(
+                "transcribe --server needs the openai SDK: pip install openai"
+            ) from None
+
+        self.client = AsyncOpenAI(
+            base_url=self.base_url, api_key=self.api_key, max_retries=2, timeout=3600
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.close()
+
+    @property
+    def create(self) -> Any:  # the raw body, whatever the format
+        return self.client.audio.transcriptions.with_raw_response.create
+
+    async def transcribe(
+        self, job: Job, formats: list[str], language: str | None, progress: Progress_
+    ) -> dict[str, bytes]:
+        data = await asyncio.to_thread(job.path.read_bytes)
+        bodies = {}
+        for fmt in formats:
+            fields: dict[str, Any] = {"model": "whisper-1", "file": (job.path.name, data)}
+            fields["response_format"] = FORMATS[fmt][0]
+            if language:
+                fields["language"] = language
+            raw = await self.create(**fields)
+            bodies[fmt] = raw.http_response.content
+        progress(job.seconds)
+        return bodies

