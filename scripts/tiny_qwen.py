@@ -106,7 +106,7 @@ SHAPES: dict[str, tuple[dict[str, object], dict[str, object]]] = {
 }
 
 
-def build(out_dir: str | Path, aligner: bool = False, shape: str = "tiny") -> Path:
+def build(out_dir: str | Path, aligner: bool = False, shape: str = "tiny", seed: int = 0) -> Path:
     """Write the checkpoint to `out_dir` (created) and return its path.
 
     `aligner=True` builds a Qwen3-ForcedAligner instead: the same architecture with a
@@ -171,6 +171,9 @@ def build(out_dir: str | Path, aligner: bool = False, shape: str = "tiny") -> Pa
             else {}
         ),
     )
+    import torch
+
+    torch.manual_seed(seed)  # the same weights every build: tests see the same outputs
     model = Qwen3ASRForConditionalGeneration(cfg)
     if shape != "tiny":
         import torch

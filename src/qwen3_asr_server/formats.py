@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from .text import language_name
@@ -184,3 +186,35 @@ def diarized_segment_body(i: int, s: Segment) -> dict[str, Any]:
         "speaker": s.speaker or "A",
         "text": s.text,
     }
+
+
+@dataclass(frozen=True)
+class BodyWishes:
+    """What shapes a transcription's body beyond its format (the upload form's fields)."""
+
+    words: bool = False  # verbose_json words
+    temperature: float | None = None
+    logprobs: bool = False  # json only
+    seed_words: bool = False  # the seed's return_timestamps on json
+
+
+def render(result: Transcript, response_format: str, wishes: BodyWishes) -> tuple[bytes, str]:
+    """The body of a transcription in `response_format` and its media type: what the route
+    answers and what `transcribe` writes, byte for byte."""
+    if response_format == "text":
+        return result.text.encode(), "text/plain"
+    if response_format == "srt":
+        return to_srt(result.segments).encode(), "text/plain"
+    if response_format == "vtt":
+        return to_vtt(result.segments).encode(), "text/vtt"
+    if response_format == "diarized_json":
+        body = diarized_json_body(result)
+    elif response_format == "verbose_json":
+        body = verbose_json_body(result, words=wishes.words, temperature=wishes.temperature)
+    else:
+        body = json_body(result, logprobs=wishes.logprobs)
+        if wishes.seed_words:
+            body["words"] = words_body(result.segments)
+    # as Starlette's JSONResponse renders it
+    text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode(), "application/json"

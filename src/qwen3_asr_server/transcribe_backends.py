@@ -5,7 +5,6 @@ SDK, the body it answers as it is)."""
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 from collections.abc import Callable
 from contextlib import suppress
@@ -73,13 +72,11 @@ class Local:
     async def transcribe(
         self, job: Job, formats: list[str], language: str | None, progress: Progress_
     ) -> dict[str, bytes]:
-        from fastapi import UploadFile
-
-        from .api.forms import TranscriptionForm
-        from .api.transcriptions import format_response
         from .audio import decode_audio
         from .engines.base import ModelLoadError
+        from .formats import BodyWishes, render
         from .long_form import merge
+        from .service import Options
         from .vad import fill_no_speech_probs
 
         def decode() -> Any:
@@ -91,30 +88,27 @@ class Local:
         audio = await asyncio.to_thread(decode)
         job.seconds = audio.duration
         bodies: dict[str, bytes] = {}
-        done: list[tuple[Any, Any]] = []  # (decoding key, transcript)
+        done: list[tuple[bool, Any]] = []  # (segment times, transcript)
         for fmt in formats:
-            upload = UploadFile(io.BytesIO(b""), filename=job.path.name)
-            form = TranscriptionForm.model_validate(
-                {"file": upload, "response_format": FORMATS[fmt][0], "language": language}
-            )
-            options = form.to_options(self.transcriber)
+            response_format = FORMATS[fmt][0]
+            # as the route decides: text-only formats decode without segment times
+            times = response_format not in ("json", "text")
+            options = Options(self.transcriber.decoding(language=language, segment_times=times))
             # json/text and srt/vtt/verbose_json decode alike: one transcription each
-            key = (options.request.segment_times, options.request.word_timestamps)
-            result = next((r for k, r in done if k == key), None)
+            result = next((r for t, r in done if t == times), None)
             if result is None:
                 parts = []
                 async for part in self.transcriber.stream(audio, options):
                     parts.append(part)
                     progress(part.span.end_s)
                 result = merge(parts, audio, options.request.language)
-                if fmt == "verbose_json":  # as the route does (no VAD installed: 0.0 stays)
+                if "verbose_json" in formats and times:  # as the route does (no VAD: 0.0)
                     with suppress(ModelLoadError):
                         await asyncio.to_thread(
                             fill_no_speech_probs, self.vad, audio.samples, result.segments
                         )
-                done.append((key, result))
-            response = format_response(result, form, options, {})
-            bodies[fmt] = bytes(response.body)
+                done.append((times, result))
+            bodies[fmt] = render(result, response_format, BodyWishes())[0]
         return bodies
 
 

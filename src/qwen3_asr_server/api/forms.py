@@ -14,6 +14,7 @@ from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import BadRequestError
+from ..formats import BodyWishes
 from ..segmentation import CutRules
 from ..service import Options, Transcriber
 
@@ -149,6 +150,14 @@ class TranscriptionForm(UploadForm):
     def words(self) -> bool:
         verbose_words = "word" in self.granularities() and self.response_format == "verbose_json"
         return self.return_timestamps or verbose_words
+
+    def body_wishes(self, options: Options) -> BodyWishes:
+        return BodyWishes(
+            words=self.words(),
+            temperature=options.request.temperature,
+            logprobs=options.request.logprobs,
+            seed_words=self.return_timestamps,
+        )
 
     def to_options(self, transcriber: Transcriber) -> Options:
         words = self.words() or self.diarizes()  # speaker turns are cut between words

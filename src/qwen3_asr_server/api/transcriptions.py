@@ -10,23 +10,19 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import Response
 from loguru import logger
 
 from ..audio import Audio
 from ..diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
 from ..engines.base import ModelLoadError
 from ..formats import (
-    diarized_json_body,
     diarized_segment_body,
-    json_body,
     languages_body,
     logprobs_body,
+    render,
     seed_language,
-    to_srt,
-    to_vtt,
     token_usage_body,
-    verbose_json_body,
     words_body,
 )
 from ..long_form import merged_logprobs, merged_usage, overall_language, spoken_languages
@@ -53,24 +49,8 @@ def server_timing(result: Transcript, decode_seconds: float) -> str:
 def format_response(
     result: Transcript, form: TranscriptionForm, options: Options, headers: dict[str, str]
 ) -> Response:
-    response_format = form.response_format
-    if response_format == "diarized_json":
-        return JSONResponse(diarized_json_body(result), headers=headers)
-    if response_format == "text":
-        return PlainTextResponse(result.text, headers=headers)
-    if response_format == "srt":
-        return PlainTextResponse(to_srt(result.segments), headers=headers)
-    if response_format == "vtt":
-        return PlainTextResponse(to_vtt(result.segments), media_type="text/vtt", headers=headers)
-    if response_format == "verbose_json":
-        body = verbose_json_body(
-            result, words=form.words(), temperature=options.request.temperature
-        )
-        return JSONResponse(body, headers=headers)
-    body = json_body(result, logprobs=options.request.logprobs)
-    if form.return_timestamps:  # the seed's return_timestamps=true
-        body["words"] = words_body(result.segments)
-    return JSONResponse(body, headers=headers)
+    body, media_type = render(result, form.response_format, form.body_wishes(options))
+    return Response(body, media_type=media_type, headers=headers)
 
 
 async def openai_events(
