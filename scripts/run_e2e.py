@@ -146,10 +146,70 @@ def tail(path: Path, lines: int = 60) -> str:
         return ""
 
 
+def readme_curl() -> str:
+    """The README's quick-start curl command (the first one)."""
+    text = (REPO / "README.md").read_text()
+    return next(line for line in text.splitlines() if line.startswith("curl "))
+
+
+def new_user(workdir: Path) -> int:
+    """A fresh clone, tried as a new user would, offline: `make run` (no MODEL_ID, an empty
+    HF cache, no hub), then the README's curl. The default model cannot be had, so the
+    bundled one serves, announced; the curl must return text. 0 when it does."""
+    clone = workdir / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    port = free_port()
+    venv = REPO / ".venv"  # installed already (make install-dev): not installed twice
+    env = {k: v for k, v in os.environ.items() if k not in ("MODEL_ID", "API_KEY", "PRELOAD")}
+    env |= {"PORT": str(port), "HF_HOME": str(workdir / "hf"), "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env.pop("HF_HUB_CACHE", None)
+    url = f"http://127.0.0.1:{port}"
+    log_path = workdir / "new-user.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            ["make", "-o", f"{venv}/.installed", "run", f"VENV={venv}"],
+            cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            if not wait_ready(url, proc):
+                print(f"run_e2e: `make run` did not come up:\n{tail(log_path)}")
+                return 1
+            shutil.copy(REPO / "tests/data/speech/sentence_01.wav", workdir / "speech.wav")
+            command = readme_curl().replace("127.0.0.1:8100", f"127.0.0.1:{port}")
+            print(f"run_e2e: new user: {command}")
+            done = subprocess.run(
+                ["bash", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=300
+            )
+            health = get_health(url) or {}
+            try:
+                text = str(json.loads(done.stdout)["text"])
+            except (ValueError, KeyError, TypeError):
+                text = ""
+            print(f"run_e2e: new user got {done.stdout.strip()[:200]!r}; served "
+                  f"{health.get('model_id')}, fallback {health.get('fallback')}")  # fmt: skip
+            if "quick" not in text.lower() or not health.get("fallback"):
+                print(tail(log_path))
+                return 1
+            return 0
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-api-key", action="store_true", help="serve without API_KEY")
     parser.add_argument("--no-translate", action="store_true", help="no translation model")
+    parser.add_argument(
+        "--no-new-user", action="store_true", help="skip the fresh-clone `make run` + curl check"
+    )
     args, pytest_args = parser.parse_known_args()
 
     port = free_port()
@@ -159,6 +219,11 @@ def main() -> int:
     log_path = workdir / "server.log"
     started = time.monotonic()
     keep_log = False
+    if not args.no_new_user:
+        if new_user(workdir) != 0:
+            print("run_e2e: FAILED: a fresh clone's `make run` + the README's curl, offline")
+            return 1
+        print("run_e2e: a fresh clone's `make run` + the README's curl, offline: text returned")
     with contextlib.ExitStack() as stack:
         env = {
             **os.environ,

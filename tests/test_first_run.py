@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -168,6 +169,28 @@ def test_a_download_that_breaks_midway_is_shown_retried_and_then_served(
     assert f"download of {REPO} failed at" in log and "retrying in" in log
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_during_a_download_does_not_wait_for_the_transfer(
+    tiny_qwen_dir: Path, tmp_path: Path, start: Callable[..., ServerProcess], sig: int
+) -> None:
+    """Ctrl-C while a multi-GB file is coming: the process exits now (the file stays
+    `.incomplete` and resumes later), not when the file is done."""
+    with StandinHub(REPO, tiny_qwen_dir) as hub:
+        hub.hold_at = len(hub.files[hub.largest]) // 2  # held until release(): never, here
+        env = fresh_env(tmp_path, HF_ENDPOINT=hub.url, MODEL_ID=REPO)
+        server = start(env, tmp_path)
+        wait_for(server, "a held transfer", lambda h: (h["download"] or {}).get("bytes_done", 0)
+                 > 0 and h["download"]["state"] == "downloading")  # fmt: skip
+        server.proc.send_signal(sig)
+        try:
+            code = server.proc.wait(DEADLINE_S / 4)  # a generous bound: the transfer never ends
+        finally:
+            hub.release()
+        assert code is not None
+    assert "Application shutdown complete" in server.output()
+
+
 # -- offline: the announced fallback and the explicit model ------------------------------------
 @pytest.mark.slow
 def test_offline_with_nothing_cached_the_default_falls_back_to_the_bundled_model_loudly(
@@ -185,6 +208,13 @@ def test_offline_with_nothing_cached_the_default_falls_back_to_the_bundled_model
     assert r.status_code == 200, r.text
     assert "quick" in r.json()["text"].lower()
     assert r.headers["X-Model-ID"] == "whisper-tiny.en"
+    files = {"file": ("a.wav", speech.path("sentence_01.wav").read_bytes())}
+    for path, data in [("/v1/audio/transcriptions", {"stream": "true"}),  # SSE
+                       ("/v1/audio/transcriptions/stream", {}), ("/v1/audio/subtitles", {})]:  # fmt: skip
+        answer = httpx.post(server.url + path, files=files, data=data, timeout=DEADLINE_S)
+        assert answer.status_code == 200, (path, answer.text)
+        assert answer.headers["X-Model-ID"] == "whisper-tiny.en", path
+    assert "X-Model-ID" not in httpx.get(server.url + "/health", timeout=10).headers
     assert "asr_model_fallback 1.0" in httpx.get(server.url + "/metrics", timeout=10).text
     log = server.output()
     warning = next(line for line in log.splitlines() if "WARNING" in line and "default" in line)

@@ -4,11 +4,13 @@ corrupt file fails alone with exit code 1. The command runs as a real process.""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 import speech
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from server import LiveServer, live_server
+from server import LiveServer, free_port, live_server
 
 CLIPS = ("sentence_01.wav", "sentence_02.wav", "three_sentences.wav")
 FORMATS = {"txt": ("text", ".txt"), "srt": ("srt", ".srt"), "json": ("json", ".json"),
@@ -26,8 +28,8 @@ FORMATS = {"txt": ("text", ".txt"), "srt": ("srt", ".srt"), "json": ("json", ".j
 KEY = "cli-test-key"
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "IDLE_TIMEOUT": "0", "HF_HUB_OFFLINE": "1"}
+def run_cli(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "IDLE_TIMEOUT": "0", "HF_HUB_OFFLINE": "1", **extra}
     env.pop("API_KEY", None)
     return subprocess.run(
         [sys.executable, "-m", "qwen3_asr_server", "transcribe", *args],
@@ -128,3 +130,50 @@ def test_bad_arguments_say_what_is_wrong(tmp_path: Path) -> None:
     assert done.returncode == 2 and "unknown format docx; use txt, srt" in done.stderr
     empty = run_cli(str(tmp_path), cwd=tmp_path)
     assert empty.returncode == 2 and "no audio files found" in empty.stdout
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_be_downloaded_ends_the_run(tmp_path: Path) -> None:
+    """In process with an explicit hub model and a hub that cannot be reached (not offline
+    mode, so the server would retry for ever): the command gives up at the first failure."""
+    hub = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    clip = tmp_path / "a.wav"
+    shutil.copy(speech.path("sentence_01.wav"), clip)
+    done = run_cli(str(clip), "--model", "test-org/not-cached", cwd=tmp_path, HF_HUB_OFFLINE="",
+                   HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"))  # fmt: skip
+    assert done.returncode != 0
+    assert "could not download test-org/not-cached" in done.stderr, done.stderr
+    assert not (tmp_path / "a.txt").exists()
+
+
+def test_server_mode_sends_the_chosen_model(tmp_path: Path) -> None:
+    """--server with --model sends that name (vLLM answers only to its own)."""
+    seen: list[str] = []
+    body = b'{"text": "hello"}'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            data = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(data.decode("latin-1"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        clip = tmp_path / "a.wav"
+        shutil.copy(speech.path("sentence_01.wav"), clip)
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        done = run_cli(str(clip), "--server", url, "--model", "Qwen/Qwen3-ASR-1.7B",
+                       "--format", "json", cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert 'name="model"\r\n\r\nQwen/Qwen3-ASR-1.7B' in seen[0]
+        assert json.loads((tmp_path / "a.json").read_text()) == {"text": "hello"}
+    finally:
+        httpd.shutdown()

@@ -16,7 +16,7 @@ import errno
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,7 +179,7 @@ class BackgroundDownload:
             while True:
                 self.state, self.error = "downloading", None
                 try:
-                    await asyncio.to_thread(self._fetch_all)
+                    await in_daemon_thread(self._fetch_all)
                     break
                 except asyncio.CancelledError:
                     raise
@@ -278,6 +278,34 @@ class BackgroundDownload:
             self.bytes_total / 1e6,
             f", about {_duration(eta)} left" if eta is not None else "",
         )
+
+
+async def in_daemon_thread(fn: Callable[[], None]) -> None:
+    """`fn()` on a daemon thread: unlike `asyncio.to_thread`, a transfer that is still
+    going does not hold the process at exit (Ctrl-C during a multi-GB file). The file
+    stays `.incomplete` in the cache, and the next download resumes it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if future.done():  # the waiter was cancelled
+            return
+        if exc is None:
+            future.set_result(None)
+        else:
+            future.set_exception(exc)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn()
+        except BaseException as exc:
+            error = exc
+        with suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="model-download", daemon=True).start()
+    await future
 
 
 def _duration(seconds: float) -> str:

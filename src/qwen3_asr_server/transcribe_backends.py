@@ -59,9 +59,19 @@ class Local:
         segmenter = Segmenter(s.segment_max_seconds, self.vad if s.segment_vad else None)
         self.transcriber = Transcriber(s, self.manager, self.scheduler, segmenter)
         await self.manager.start()
-        if self.manager.download is not None:  # a command line waits for it
-            print(f"downloading {', '.join(self.manager.download.repos)} first ...", flush=True)
-            await self.manager.download.finished.wait()
+        download = self.manager.download
+        if download is not None:  # a command line waits for it, until it fails once
+            print(f"downloading {', '.join(download.repos)} first ...", flush=True)
+            while not download.finished.is_set():
+                if download.state == "failed":
+                    await self.__aexit__()
+                    raise SystemExit(
+                        f"could not download {download.repos[0]} ({download.error}). Run "
+                        f"`qwen3-asr-server download {download.repos[0]}` where there is "
+                        "internet, or set MODEL_ID to a local model directory."
+                    )
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(download.finished.wait(), 0.5)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -115,7 +125,8 @@ class Local:
 class Remote:
     """A running server through the openai SDK: the body it answers, as it is."""
 
-    def __init__(self, url: str, api_key: str | None) -> None:
+    def __init__(self, url: str, api_key: str | None, model: str | None = None) -> None:
+        self.model = model or "whisper-1"  # --model (MODEL_ID): vLLM wants its own name
         base = url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
@@ -146,7 +157,7 @@ class Remote:
         data = await asyncio.to_thread(job.path.read_bytes)
         bodies = {}
         for fmt in formats:
-            fields: dict[str, Any] = {"model": "whisper-1", "file": (job.path.name, data)}
+            fields: dict[str, Any] = {"model": self.model, "file": (job.path.name, data)}
             fields["response_format"] = FORMATS[fmt][0]
             if language:
                 fields["language"] = language

@@ -200,7 +200,9 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
         for job in todo:
             probe(job)
         if args.server:
-            backend: Local | Remote = Remote(args.server, settings.api_key)  # or --api-key
+            backend: Local | Remote = Remote(
+                args.server, settings.api_key, settings.model_id
+            )  # or --api-key
         else:
             from .logging import setup_logging
 

@@ -20,6 +20,7 @@ from .deps import check_api_key
 from .error_table import error_body, http_status, openai_body
 
 HEADER = b"x-request-id"
+MODEL_HEADER = b"x-model-id"  # on every answer of /v1/audio/*: the model that answered
 RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
 # The HTTP routes that need no API key: they hold no data and start no work. The health
 # check, the browser page (it asks for the key itself, docs/WEB.md) and the API docs.
@@ -41,6 +42,15 @@ OPEN_PREFIXES = ("/ui/static/",)  # the page's files
 def is_open(path: str) -> bool:
     """An HTTP path anyone may request when API_KEY is set; every other one needs the key."""
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+def served_model(scope: Scope) -> str | None:
+    """The served model's id for an HTTP answer under /v1/audio/ (issue 33: the bundled
+    model may serve in the default's place), else None."""
+    if scope["type"] != "http" or not get_route_path(scope).startswith("/v1/audio/"):
+        return None
+    ctx = getattr(getattr(scope.get("app"), "state", None), "ctx", None)
+    return None if ctx is None else str(ctx.manager.engine.model_id)
 
 
 def on_request_end(scope: Scope, release: Callable[[], None]) -> None:
@@ -91,6 +101,9 @@ class RequestContextMiddleware:
                 started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
                 headers.append((HEADER, request_id.encode()))
+                model = served_model(scope)
+                if model and message["status"] < 400:
+                    headers.append((MODEL_HEADER, model.encode("latin-1", "replace")))
                 message = {**message, "headers": headers}
             await send(message)
 

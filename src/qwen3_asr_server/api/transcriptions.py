@@ -169,10 +169,8 @@ async def create_transcription(
             await asyncio.to_thread(fill_no_speech_probs, ctx.vad, audio.samples, result.segments)
         except ModelLoadError as exc:  # no Silero VAD installed: the documented 0.0 stays
             logger.debug("no_speech_prob without a VAD: {}", exc)
-    headers = {
-        "Server-Timing": server_timing(result, decode_seconds),
-        "X-Model-ID": ctx.manager.engine.model_id,  # the model that answered (issue 33)
-    }
+    # X-Model-ID, the model that answered, is added to every /v1/audio/ answer (middleware)
+    headers = {"Server-Timing": server_timing(result, decode_seconds)}
     return format_response(result, form, options, headers)
 
 
