@@ -103,15 +103,17 @@ def get_health(url: str) -> dict[str, Any] | None:
         return None
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
-    """/health answers, then (PRELOAD) the model is loaded. False if the server died or
-    never answered."""
+def wait_ready(url: str, proc: subprocess.Popen[bytes], loaded: bool = True) -> bool:
+    """/health answers, then (PRELOAD, `loaded`) the model is loaded. False if the server
+    died or never answered."""
     deadline = time.monotonic() + START_TIMEOUT
     while (health := get_health(url)) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.25)
     print(f"run_e2e: server up at {url}: {health.get('engine')} {health.get('model_id')}")
+    if not loaded:
+        return True
     deadline = time.monotonic() + LOAD_TIMEOUT
     while not (health or {}).get("model_loaded"):
         if proc.poll() is not None:
@@ -172,7 +174,7 @@ def new_user(workdir: Path) -> int:
             cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         try:
-            if not wait_ready(url, proc):
+            if not wait_ready(url, proc, loaded=False):
                 print(f"run_e2e: `make run` did not come up:\n{tail(log_path)}")
                 return 1
             shutil.copy(REPO / "tests/data/speech/sentence_01.wav", workdir / "speech.wav")

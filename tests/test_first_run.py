@@ -209,8 +209,12 @@ def test_offline_with_nothing_cached_the_default_falls_back_to_the_bundled_model
     assert "quick" in r.json()["text"].lower()
     assert r.headers["X-Model-ID"] == "whisper-tiny.en"
     files = {"file": ("a.wav", speech.path("sentence_01.wav").read_bytes())}
-    for path, data in [("/v1/audio/transcriptions", {"stream": "true"}),  # SSE
-                       ("/v1/audio/transcriptions/stream", {}), ("/v1/audio/subtitles", {})]:  # fmt: skip
+    routes = [
+        ("/v1/audio/transcriptions", {"stream": "true"}),  # SSE
+        ("/v1/audio/transcriptions/stream", {}),
+        ("/v1/audio/subtitles", {}),
+    ]
+    for path, data in routes:
         answer = httpx.post(server.url + path, files=files, data=data, timeout=DEADLINE_S)
         assert answer.status_code == 200, (path, answer.text)
         assert answer.headers["X-Model-ID"] == "whisper-tiny.en", path
@@ -317,3 +321,31 @@ def test_check_names_the_fallback_offline(tmp_path: Path) -> None:
         done.stdout
     )
     assert "-> run `qwen3-asr-server download` with internet access" in done.stdout
+
+
+def test_a_library_error_becomes_two_sentences_with_the_fix(tmp_path: Path) -> None:
+    """The 503 for a load that failed inside a library: what is wrong and the command that
+    fixes it, never the library's exception text (that goes to the log)."""
+    from qwen3_asr_server.engines.base import ModelLoadError
+    from qwen3_asr_server.model_plan import short_load_error
+
+    def failed(message: str, cause: Exception) -> ModelLoadError:
+        error = ModelLoadError(message)
+        error.__cause__ = cause
+        return error
+
+    noise = OSError("We couldn't connect to 'https://huggingface.co' to load this file ... " * 5)
+    hub = short_load_error(
+        "org/missing", failed("Could not load 'org/missing' (MODEL_ID: x)", noise)
+    )
+    assert hub.startswith("MODEL_ID='org/missing' is not in the HF cache")
+    assert hub.endswith("Run `qwen3-asr-server download org/missing`.") and len(hub) < 400
+    nowhere = short_load_error("./nope", failed("Could not load './nope' (MODEL_ID: x)", noise))
+    assert "neither a directory on this machine nor a Hugging Face repo id" in nowhere
+    aligner = failed("Could not load 'org/aligner' (FORCED_ALIGNER_ID: x)", noise)
+    assert short_load_error("org/model", aligner).startswith("FORCED_ALIGNER_ID='org/aligner'")
+    (tmp_path / "config.json").write_text("{}")
+    broken = short_load_error(str(tmp_path), failed("bad", RuntimeError("size mismatch " * 50)))
+    assert "RuntimeError; the server log has the details" in broken and len(broken) < 300
+    plain = ModelLoadError("Ours already says what to do.")
+    assert short_load_error("x", plain) == "Ours already says what to do."

@@ -63,7 +63,16 @@ def joined(logprobs: list[Any]) -> str:
 
 # -- whisper, real speech ---------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "model", ["whisper-1", "gpt-transcribe", "gpt-4o-mini-transcribe-2025-12-15", "any-name"]
+    "model",
+    [
+        "whisper-1",
+        "gpt-transcribe",
+        "gpt-4o-transcribe",
+        "gpt-4o-mini-transcribe",
+        "gpt-4o-mini-transcribe-2025-12-15",
+        "whisper-tiny.en",
+        "any-name",
+    ],
 )
 def test_every_model_name_means_the_served_model(whisper: LiveServer, model: str) -> None:
     result = transcribe(whisper, model=model)
