@@ -117,10 +117,33 @@ def test_transcription_fields_reach_every_decode_and_completed_carries_them(
     assert logprobs and all(t.logprob <= 0 for t in logprobs)
     assert normalize("".join(t.token for t in logprobs)) == normalize(final.transcript)
     assert all(t.bytes == list(t.token.encode()) for t in logprobs)
-    # every decode (partials and the final) had the keywords; only finals asked for logprobs
+    # every decode (partials and the final) had the keywords and asked for logprobs
     assert engine.requests and all(r.keywords == ("Fox Jumps",) for r in engine.requests)
-    assert all(r.logprobs != r.partial for r in engine.requests)
-    assert not any(e.logprobs for e in of_type(events, "transcription.delta"))
+    assert all(r.logprobs for r in engine.requests)
+
+
+def test_deltas_carry_the_logprobs_of_their_tokens(server: LiveServer) -> None:
+    """With `include` logprobs, each delta carries the tokens (of the partial that made it
+    stable) that begin inside its text: values <= 0 that spell the delta."""
+    with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        conn.recv()
+        update(conn, include=[LOGPROBS], transcription={"language": "en"})
+        audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
+        data, chunk = encode(audio, "pcm24")
+        # half real-time pace: time for partials to agree, so deltas come before the finals
+        sender = threading.Thread(target=send, args=(conn, data, chunk, 0.5))
+        sender.start()
+        events = collect(conn, lambda ev: len(completed(ev)) >= 3)
+        sender.join()
+    deltas = of_type(events, "transcription.delta")
+    assert deltas, [e.type for e in events]
+    for delta in deltas:
+        check_realtime_event(delta.model_dump_json(exclude_none=True))
+        tokens = delta.logprobs
+        assert tokens is not None and all(t.logprob <= 0 for t in tokens), delta
+        spelled = normalize("".join(t.token for t in tokens))
+        assert not spelled or spelled in normalize(delta.delta), (spelled, delta.delta)
+    assert any(delta.logprobs for delta in deltas)
 
 
 def test_idle_timeout_commits_an_empty_item(server: LiveServer) -> None:

@@ -3,8 +3,9 @@ OpenAI server events. The session's settings and description are realtime_sessio
 
 `completed` carries `usage` (tokens when the engine counted them, else the seconds of the
 client's audio), `languages` (the detected language) and, when the session's `include`
-asks, `logprobs` of the final's tokens. Deltas carry no logprobs: a delta is the stable
-prefix agreed across partials, which are drafts decoded without them."""
+asks, `logprobs` of the final's tokens. A delta then carries the tokens of the partial it
+came from that begin inside the delta's text (a delta is the stable prefix agreed across
+partials; its tokens are those of the newest partial, the one that made it stable)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..streaming.events import (
     StreamEvent,
     TimedOut,
 )
+from ..transcript import TokenLogprob
 from .realtime_session import RealtimeState
 
 
@@ -58,6 +60,20 @@ def new_stable_text(event: Partial, state: RealtimeState) -> str:
     return stable[len(sent) :] if stable.startswith(sent) else ""
 
 
+def tokens_within(tokens: tuple[TokenLogprob, ...], start: int, end: int) -> list[TokenLogprob]:
+    """The tokens whose text begins in [start, end) of the text they spell (without its
+    leading spaces, as the stable text is)."""
+    spelled = "".join(t.token for t in tokens)
+    pos = -(len(spelled) - len(spelled.lstrip()))
+    inside = []
+    for token in tokens:
+        begins = pos + (len(token.token) - len(token.token.lstrip()))
+        if start <= begins < end and token.token.strip():
+            inside.append(token)
+        pos += len(token.token)
+    return inside
+
+
 def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None:
     """Stream event -> OpenAI server event, or None when OpenAI would send nothing: speech
     started/stopped without turn detection, a delta with no new text."""
@@ -83,8 +99,15 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
             delta = new_stable_text(event, state)
             if not delta:
                 return None
-            state.sent[utt] = state.sent.get(utt, "") + delta
-            body = {"type": "conversation.item.input_audio_transcription.delta", "delta": delta}
+            before = state.sent.get(utt, "")
+            state.sent[utt] = before + delta
+            body: dict[str, Any] = {
+                "type": "conversation.item.input_audio_transcription.delta",
+                "delta": delta,
+            }
+            if state.logprobs:
+                tokens = tokens_within(event.logprobs or (), len(before), len(before + delta))
+                body["logprobs"] = logprobs_body(tokens)
             return {**base, "content_index": 0, **body}
         case Final(utterance=utt):
             state.sent.pop(utt, None)

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import replace
 from typing import Any
 
 from fastapi import WebSocket
@@ -133,21 +132,24 @@ def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSess
     words become stable, so Realtime API deltas, which clients append, rarely disagree with
     the final (4% of delta words against 16% with full-window partials, LEARNING_LOG.md).
     Every partial and final is decoded with the session's template (`config.decoding`:
-    language, candidates, prompt, keywords); only finals ask for logprobs."""
+    language, candidates, prompt, keywords, and logprobs when the session asks: Realtime
+    deltas carry the tokens of the partial they came from)."""
 
     async def transcribe(
         audio: AudioSource, decoding: TranscribeRequest, partial: bool
     ) -> str | Draft | Heard:
         result = await ctx.transcriber.transcribe_realtime(
             audio,
-            replace(decoding, logprobs=False) if partial else decoding,
+            decoding,
             partial=partial,
             draft=partial,
             background=session.client_gone,
         )
-        if partial:
-            return Draft(result.word_probs) if result.word_probs is not None else result.text
         logprobs = tuple(result.logprobs) if result.logprobs is not None else None
+        if partial:
+            if result.word_probs is not None:
+                return Draft(result.word_probs, logprobs)
+            return Heard(result.text, logprobs=logprobs) if logprobs is not None else result.text
         return Heard(result.text, result.language, logprobs, result.usage)
 
     observe = ctx.metrics.final_latency.observe

@@ -133,13 +133,19 @@ class WhisperEngine:
             words = draft_words(self._model, request.audio, language)
             text = join_texts([word for word, _ in words])
             duration = len(request.audio) / SAMPLE_RATE
-            return TranscribeResult(
+            tokens = (  # the draft's text as tokens: what its logprobs score
+                self._model.hf_tokenizer.encode(" " + text, add_special_tokens=False).ids
+                if request.logprobs and text
+                else []
+            )
+            draft = TranscribeResult(
                 text=text,
                 language=language,
-                segments=[Segment(0.0, duration, text)] if text else [],
+                segments=[Segment(0.0, duration, text, tokens=tokens)] if text else [],
                 engine_seconds=time.perf_counter() - started,
                 word_probs=words,
             )
+            return self._with_logprobs(request, draft)  # Realtime deltas' logprobs, if asked
         if request.long_form and language is not None:  # the batched decoder needs a language
             return self._with_logprobs(request, self._batch([request], should_stop)[0])
         # One temperature: deterministic output, and no temperature-fallback re-decodes (up
@@ -193,7 +199,6 @@ class WhisperEngine:
             and language is not None
             and not request.prompt
             and not request.keywords
-            and not request.logprobs
             and not request.temperature
             and not request.word_timestamps
             and len(request.audio) <= MAX_DRAFT_S * SAMPLE_RATE

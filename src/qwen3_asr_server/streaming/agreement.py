@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..text import collapse_repetitions, join_texts, split_words
+from ..transcript import TokenLogprob
 
 # A partial's words stop before the first word whose least likely token is below this
 # (except in an utterance's first partial, which comes as early as possible). Measured with
@@ -19,6 +20,7 @@ class Draft:
     """A partial hypothesis with each word's lowest token probability."""
 
     words: list[tuple[str, float]]
+    logprobs: tuple[TokenLogprob, ...] | None = None  # the decode's tokens, when asked
 
     def confident_text(self, min_prob: float) -> str:
         """The words up to the first one below `min_prob`, and up to a restart: a draft of

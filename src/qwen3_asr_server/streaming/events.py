@@ -52,11 +52,13 @@ class Committed:
 @dataclass(frozen=True)
 class Partial:
     """A hypothesis of the open utterance; `text` starts with `stable_text`, which only
-    grows within an utterance."""
+    grows within an utterance. `logprobs` (when the session asks for them): the tokens of
+    the decode the hypothesis came from, in order (they spell its text)."""
 
     utterance: int
     text: str
     stable_text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,7 @@ class StreamSession:
                 self._partial = None
         if hypothesis is None or self.turns.utterance is not utt:
             return  # the utterance was committed meanwhile: its final will say it all
+        logprobs = None if isinstance(hypothesis, str) else hypothesis.logprobs
         if isinstance(hypothesis, Draft):
             # Only confident words become stable or are shown, except in the utterance's
             # first partial: it shows the whole draft, as early as possible.
@@ -293,7 +294,7 @@ class StreamSession:
             return  # nothing (confident) to add: the last partial stands
         utt.partials += 1
         utt.shown = (shown, stable)
-        await self._emit(Partial(utt.id, shown, stable))
+        await self._emit(Partial(utt.id, shown, stable, logprobs))
 
     async def _run_finals(self) -> None:
         while True:
