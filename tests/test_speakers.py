@@ -184,6 +184,15 @@ def test_subtitles_carry_the_speakers(server: LiveServer) -> None:
     assert all(c[2].startswith(("[A] ", "[B] ", "[C] ")) for c in cues)  # every cue, one speaker
 
 
+def test_verbose_json_segments_carry_speakers_and_the_diarize_models_json_is_plain(
+    server: LiveServer,
+) -> None:
+    verbose = post(server, response_format="verbose_json", diarize="true").json()
+    assert [s["speaker"] for s in verbose["segments"]][:3] == ["A", "B", "C"]
+    plain = post(server, model="gpt-4o-transcribe-diarize").json()  # json: OpenAI's plain text
+    assert plain["text"] and "segments" not in plain and "speaker" not in str(plain)
+
+
 @pytest.mark.parametrize(
     ("data", "param"),
     [
