@@ -163,8 +163,9 @@ def new_user(workdir: Path) -> int:
     port = free_port()
     venv = REPO / ".venv"  # installed already (make install-dev): not installed twice
     env = {k: v for k, v in os.environ.items() if k not in ("MODEL_ID", "API_KEY", "PRELOAD")}
+    # the clone's own code, not the editable install's (the venv points at REPO/src)
     env |= {"PORT": str(port), "HF_HOME": str(workdir / "hf"), "HF_HUB_OFFLINE": "1",
-            "PYTHONUNBUFFERED": "1"}  # fmt: skip
+            "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(clone / "src")}  # fmt: skip
     env.pop("HF_HUB_CACHE", None)
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "new-user.log"
@@ -180,9 +181,14 @@ def new_user(workdir: Path) -> int:
             shutil.copy(REPO / "tests/data/speech/sentence_01.wav", workdir / "speech.wav")
             command = readme_curl().replace("127.0.0.1:8100", f"127.0.0.1:{port}")
             print(f"run_e2e: new user: {command}")
-            done = subprocess.run(
-                ["bash", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=300
-            )
+            try:
+                done = subprocess.run(
+                    ["bash", "-c", command], cwd=workdir, capture_output=True, text=True,
+                    timeout=300,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                print(f"run_e2e: the README's curl got no answer in 300 s:\n{tail(log_path)}")
+                return 1
             health = get_health(url) or {}
             try:
                 text = str(json.loads(done.stdout)["text"])

@@ -283,3 +283,23 @@ def test_qwen_completed_carries_token_usage_and_logprobs(qwen_settings: Any) -> 
     assert final.logprobs is not None and all(t.logprob <= 0 for t in final.logprobs)
     [request] = [r for r in engine.requests if not r.partial]
     assert (request.prompt, request.keywords, request.logprobs) == ("Names.", ("Qwen",), True)
+
+
+def test_delta_tokens_are_placed_by_characters_not_by_spacing_or_bytes() -> None:
+    """CJK text spaced apart from Latin, and tokens that each hold half a character: each
+    token goes with the delta its character begins in."""
+    from qwen3_asr_server.api.realtime_wire import tokens_within
+    from qwen3_asr_server.transcript import TokenLogprob
+
+    def token(text: str, raw: bytes | None = None) -> TokenLogprob:
+        return TokenLogprob(text, -0.1, tuple(raw if raw is not None else text.encode()))
+
+    zh = tuple(token(t) for t in ("我们", "的", "API", "很", "好"))
+    text = "我们的 API 很好"
+    cut = len("我们的 API")
+    assert [t.token for t in tokens_within(zh, text, 0, cut)] == ["我们", "的", "API"]
+    assert [t.token for t in tokens_within(zh, text, cut, len(text))] == ["很", "好"]
+    e = "é".encode()
+    split = (token(" caf"), token("\ufffd", e[:1]), token("\ufffd", e[1:]), token(" au"))
+    assert len(tokens_within(split, "café au", 0, 4)) == 3
+    assert [t.token for t in tokens_within(split, "café au", 4, 7)] == [" au"]

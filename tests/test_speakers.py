@@ -219,6 +219,10 @@ def test_verbose_json_segments_carry_speakers_and_the_diarize_models_json_is_pla
             {"known_speaker_names[]": list("abcde"), "known_speaker_references[]": ["x"] * 5},
             "known_speaker_names",
         ),
+        (  # an unknown speaker's label
+            {"known_speaker_names[]": ["B"], "known_speaker_references[]": [reference("f4")]},
+            "known_speaker_names",
+        ),
         (  # would break the VTT voice tag <v NAME>
             {"known_speaker_names[]": ["Ann>"], "known_speaker_references[]": [reference("f4")]},
             "known_speaker_names",
@@ -295,3 +299,39 @@ def test_speakers_are_found_only_where_the_answer_shows_them(
 
     form = TranscriptionForm.model_validate({"file": UploadFile(io.BytesIO(b"")), **fields})
     assert form.diarizes() is diarizes
+
+
+def test_a_worker_child_tries_a_failed_diarizer_load_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker child's diarization pipe: a load that failed (the extra missing, memory) is
+    answered with its error, and the next request loads again instead of using a half-made
+    diarizer."""
+    import multiprocessing
+    import threading
+
+    from qwen3_asr_server.engines import diarize
+
+    loads: list[int] = []
+
+    class Flaky:
+        def load(self) -> None:
+            loads.append(1)
+            if len(loads) == 1:
+                raise diarize.ModelLoadError("not installed")
+
+        def diarize(self, samples: np.ndarray) -> Diarization:
+            return Diarization([Turn(0.0, len(samples) / 16000, 0)])
+
+    monkeypatch.setattr(diarize, "SenkoDiarizer", Flaky)
+    parent, child = multiprocessing.Pipe()
+    threading.Thread(target=diarize.serve_diarizations, args=(child,), daemon=True).start()
+    answers = []
+    for _ in range(2):
+        parent.send(("diarize",))
+        parent.send_bytes(np.zeros(16000, np.float32).tobytes())
+        answers.append(parent.recv())
+    parent.close()
+    assert answers[0] == ("error", "ModelLoadError", "not installed")
+    assert answers[1][0] == "ok" and answers[1][1].turns == [Turn(0.0, 1.0, 0)]
+    assert len(loads) == 2

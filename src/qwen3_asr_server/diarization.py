@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import io
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -59,10 +60,12 @@ def known_speakers(names: list[str] | None, references: list[str] | None) -> lis
             "known_speaker_names[] must be distinct, non-empty names.", param="known_speaker_names"
         )
     for name in names:  # a name is a VTT voice tag (<v NAME>) and an SRT prefix ([NAME])
-        if len(name.strip()) > MAX_NAME_CHARS or any(c in name for c in "<>[]\r\n"):
+        lettered = re.fullmatch(r"[A-Z]{1,2}", name.strip()) is not None  # unknown speakers'
+        if lettered or len(name.strip()) > MAX_NAME_CHARS or any(c in name for c in "<>[]\r\n"):
             raise BadRequestError(
                 f"known_speaker_names[]: {name[:40]!r} must be at most {MAX_NAME_CHARS} "
-                "characters without <, >, [, ] or line breaks.",
+                "characters without <, >, [, ] or line breaks, and not a speaker letter "
+                "(A, B, ... name the unknown speakers).",
                 param="known_speaker_names",
             )
     return [

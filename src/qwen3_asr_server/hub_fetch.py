@@ -299,6 +299,8 @@ async def in_daemon_thread(fn: Callable[[], None]) -> None:
         error: BaseException | None = None
         try:
             fn()
+        except StopIteration as exc:  # a future cannot hold a StopIteration
+            error = RuntimeError(repr(exc))
         except BaseException as exc:
             error = exc
         with suppress(RuntimeError):  # the loop is closed: nobody waits any more

@@ -4,7 +4,8 @@ session.created / session.updated describe (the session as it really runs).
 Mapped onto the stream config (`streaming/config.py`):
 - `transcription.language/prompt/keywords/languages` -> the decoding template, checked by
   `decoding.build_decoding` (an `error` event naming the parameter on a bad value);
-  `session.include` logprobs -> the template asks for logprobs (finals only).
+  `session.include` logprobs -> the template asks for logprobs (partials, for the deltas,
+  and finals).
 - end-of-speech silence: `turn_detection.silence_duration_ms` (server_vad), else
   `eagerness` (semantic_vad, EAGERNESS_SILENCE_MS), else `transcription.delay`
   (DELAY_SILENCE_MS), in that order within one update; a later update's wins.

