@@ -187,10 +187,13 @@ def main() -> None:
         {
             "ENGINE": "remote",
             "REMOTE_BACKENDS": f"http://127.0.0.1:{port}/v1",
-            "REMOTE_MAX_INFLIGHT": "512",
+            "REMOTE_MAX_INFLIGHT": "256",
             "MAX_QUEUE": "4096",
             "WS_MAX_SESSIONS": "1000",
             "LOG_LEVEL": "ERROR",
+            "PRELOAD": "true",  # probing the backends starts with the load
+            "IDLE_TIMEOUT": "0",
+            "REMOTE_PROBE_INTERVAL": "1",
         }
     )
     try:
