@@ -66,3 +66,15 @@ class GatedLoad(Recording):
     def load(self) -> None:
         self.gate.wait(self.wait)
         self.inner.load()
+
+
+class Capturing(Recording):
+    """A real engine that keeps every request it was given (without its audio)."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.requests: list[Any] = []
+
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+        self.requests.append(request)
+        return super().transcribe(request, should_stop)

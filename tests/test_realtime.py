@@ -12,14 +12,13 @@ import numpy as np
 import openai
 import pytest
 import soxr
-from pydantic import ValidationError
 
 import speech
-from contract import check_realtime_event
 from engines import Recording
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
+from realtime_client import collect, completed
 from server import LiveServer, live_server
 from streaming_client import load, pcm16
 from wer import normalize, wer
@@ -50,38 +49,6 @@ def send_audio(conn: Any, samples16k: np.ndarray, speed: float = 4.0) -> None:
         chunk = base64.b64encode(pcm16(audio24k[i : i + step])).decode()
         conn.input_audio_buffer.append(audio=chunk)
         time.sleep(0.1 / speed)
-
-
-def collect(conn: Any, until: Any, timeout: float = 30.0) -> list[Any]:
-    events: list[Any] = []
-    deadline = time.monotonic() + timeout
-
-    invalid: list[Exception] = []
-
-    def reader() -> None:
-        try:
-            while True:
-                raw = conn.recv_bytes()
-                try:
-                    events.append(check_realtime_event(raw))  # validated as the SDK's types
-                except (ValidationError, AssertionError) as exc:
-                    invalid.append(exc)
-                    return
-                if until(events):
-                    return
-        except Exception:  # the connection closed
-            return
-
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    if invalid:
-        raise invalid[0]
-    return events
-
-
-def completed(events: list[Any]) -> list[Any]:
-    return [e for e in events if e.type == "conversation.item.input_audio_transcription.completed"]
 
 
 def test_server_vad_session_with_the_sdk(server: LiveServer, engine: Recording) -> None:

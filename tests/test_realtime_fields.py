@@ -16,7 +16,7 @@ from openai.types.beta.realtime import TranscriptionSessionUpdatedEvent
 from openai.types.realtime import SessionCreatedEvent, SessionUpdatedEvent
 
 from contract import check_realtime_event
-from engines import Recording
+from engines import Capturing
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.engines import create_engine
@@ -28,18 +28,6 @@ from wer import normalize
 pytestmark = pytest.mark.slow
 SETTINGS = whisper_settings()
 LOGPROBS = "item.input_audio_transcription.logprobs"
-
-
-class Capturing(Recording):
-    """A real engine that keeps every request it was given (without its audio)."""
-
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
-        self.requests: list[Any] = []
-
-    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
-        self.requests.append(request)
-        return super().transcribe(request, should_stop)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import soxr
 from loguru import logger
 
 import speech
-from engines import Recording
+from engines import Capturing
 from helpers import whisper_settings
 from qwen3_asr_server import g711
 from qwen3_asr_server.app import create_app
@@ -33,16 +33,6 @@ FORMATS: dict[str, dict[str, Any]] = {
     "pcmu": {"type": "audio/pcmu"},
     "pcma": {"type": "audio/pcma"},
 }
-
-
-class Capturing(Recording):
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
-        self.requests: list[Any] = []
-
-    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
-        self.requests.append(request)
-        return super().transcribe(request, should_stop)
 
 
 @pytest.fixture(scope="module")
