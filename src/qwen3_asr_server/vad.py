@@ -39,8 +39,9 @@ def silero_onnx_path() -> Path:
 
 
 class SileroModel:
-    """One onnxruntime session, loaded on first use, shared by any number of streams, and
-    the threads streaming sessions run it on (`run`)."""
+    """One onnxruntime session, loaded on first use, shared by any number of streams, the
+    threads streaming sessions run it on (`run`), and the batcher that runs all the
+    streaming sessions' frames together (`batcher`, `vad_batch.py`)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
@@ -48,6 +49,9 @@ class SileroModel:
         self._lock = threading.Lock()
         # Threads start on first use; the event loop never takes a lock here.
         self._executor = ThreadPoolExecutor(VAD_THREADS, thread_name_prefix="vad")
+        from .vad_batch import VADBatcher  # (it needs this module: imported once it exists)
+
+        self.batcher = VADBatcher(self)  # the streaming sessions' frames, batched
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` (VAD work) on the VAD threads: a big message from one client
@@ -92,12 +96,27 @@ class VADStream:
 
     def prob(self, frame: np.ndarray) -> float:
         """Speech probability of one 512-sample frame (float32, 16 kHz)."""
-        x = np.concatenate([self._context, frame.reshape(1, FRAME).astype(np.float32)], axis=1)
-        out, self._state = self._model.session().run(
-            None, {"input": x, "state": self._state, "sr": np.array(SAMPLE_RATE, dtype=np.int64)}
+        return float(self.step_many(self._model.session(), [self], [frame])[0])
+
+    @staticmethod
+    def step_many(session: Any, streams: list[VADStream], frames: list[np.ndarray]) -> np.ndarray:
+        """One frame for each of several streams in one call of the model (its batch axis),
+        each in its own state: the probabilities, the same as one call per stream gives."""
+        count = len(streams)
+        x = np.empty((count, CONTEXT + FRAME), dtype=np.float32)
+        state = np.empty((2, count, 128), dtype=np.float32)
+        for row, (stream, frame) in enumerate(zip(streams, frames, strict=True)):
+            x[row, :CONTEXT] = stream._context[0]
+            x[row, CONTEXT:] = frame
+            state[:, row] = stream._state[:, 0]
+        out, state = session.run(
+            None, {"input": x, "state": state, "sr": np.array(SAMPLE_RATE, dtype=np.int64)}
         )
-        self._context = x[:, -CONTEXT:]
-        return float(out.reshape(-1)[0])
+        for row, stream in enumerate(streams):
+            stream._state = state[:, row : row + 1].copy()
+            stream._context = x[row : row + 1, -CONTEXT:].copy()
+        result: np.ndarray = out.reshape(-1)
+        return result
 
     def probs(self, samples: np.ndarray) -> np.ndarray:
         """Probabilities for each whole frame of `samples` (a trailing part frame is ignored)."""

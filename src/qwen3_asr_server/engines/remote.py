@@ -8,7 +8,10 @@ accepts (file, model, language, prompt, temperature, response_format=json).
 
 HTTP runs on one asyncio loop in its own thread (httpx.AsyncClient): a scheduler thread hands
 it a request and waits, polling `should_stop`, so a job whose callers have all gone closes
-its connection (vLLM then aborts the generation) instead of running to its end.
+its connection (vLLM then aborts the generation) instead of running to its end. Each job in
+flight takes a client of its own, with one keep-alive connection (`ClientShelf`): httpcore's
+pool scans all of its connections for every request and every answer, which cost a front a
+quarter of its CPU with a shared client and many streams.
 
 The scheduler runs one thread per slot (all backends' REMOTE_MAX_INFLIGHT together), so
 jobs leave the priority queue in order and no more are in flight than the backends take.
@@ -84,6 +87,40 @@ def encode_wav(samples: np.ndarray) -> bytes:
     return out.getvalue()
 
 
+class ClientShelf:
+    """Idle httpx clients per backend URL, each with at most one (keep-alive) connection: a
+    job takes one and puts it back. There are never more per backend than it has jobs in
+    flight (REMOTE_MAX_INFLIGHT, kept by the pool). Used on the HTTP loop only."""
+
+    def __init__(self, timeout: httpx.Timeout, headers: dict[str, str]) -> None:
+        self._timeout = timeout
+        self._headers = headers
+        self._tls = httpx.create_ssl_context()  # one for all (each client would load its own)
+        self._idle: dict[str, list[httpx.AsyncClient]] = {}
+        self._all: list[httpx.AsyncClient] = []
+
+    def take(self, url: str) -> httpx.AsyncClient:
+        idle = self._idle.setdefault(url, [])
+        if idle:
+            return idle.pop()
+        client = httpx.AsyncClient(
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            headers=self._headers,
+            verify=self._tls,
+        )
+        self._all.append(client)
+        return client
+
+    def put_back(self, url: str, client: httpx.AsyncClient) -> None:
+        self._idle.setdefault(url, []).append(client)
+
+    async def aclose(self) -> None:
+        clients, self._all, self._idle = self._all, [], {}
+        for client in clients:
+            await client.aclose()
+
+
 class RemoteEngine:
     name = "remote"
 
@@ -106,7 +143,8 @@ class RemoteEngine:
         self._probe_timeout = connect_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None  # the probes'
+        self._shelf: ClientShelf | None = None  # the jobs'
         self._prober: Prober | None = None
 
     # -- what the server shows ---------------------------------------------------------
@@ -170,10 +208,11 @@ class RemoteEngine:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     async def _open(self) -> None:
-        limits = httpx.Limits(max_connections=self.capacity + 2 * len(self.backends))
+        limits = httpx.Limits(max_connections=2 * len(self.backends))
         self._client = httpx.AsyncClient(
             timeout=self._timeout, limits=limits, headers=self._headers
         )
+        self._shelf = ClientShelf(self._timeout, self._headers)
         on_model = None if self._model else self._found_model
         self._prober = Prober(self.pool, self._client, self._probe_timeout, on_model)
         await self._prober.start()
@@ -183,7 +222,9 @@ class RemoteEngine:
             await self._prober.stop()
         if self._client is not None:
             await self._client.aclose()
-        self._client = self._prober = None
+        if self._shelf is not None:
+            await self._shelf.aclose()
+        self._client = self._prober = self._shelf = None
 
     def _found_model(self, model: str) -> None:
         """A backend named its model (no REMOTE_MODEL set): the first one names this engine."""
@@ -210,9 +251,11 @@ class RemoteEngine:
     async def _post(
         self, url: str, wav: bytes, form: dict[str, str], headers: dict[str, str]
     ) -> dict[str, Any]:
-        assert self._client is not None
+        shelf = self._shelf
+        assert shelf is not None
+        client = shelf.take(url)
         try:
-            r = await self._client.post(
+            r = await client.post(
                 f"{url}/audio/transcriptions",
                 files={"file": ("audio.wav", wav, "audio/wav")},
                 data=form,
@@ -222,6 +265,8 @@ class RemoteEngine:
             raise BackendFailedError(f"timed out ({type(exc).__name__})", down=True) from exc
         except httpx.HTTPError as exc:
             raise BackendFailedError(f"{type(exc).__name__}: {exc}", down=True) from exc
+        finally:  # (a cancelled request closed its connection: the next job opens one)
+            shelf.put_back(url, client)
         if r.status_code in CLIENT_ERRORS:
             raise EngineInputError(f"The backend refused the request: {response_message(r)}")
         if r.status_code != 200:

@@ -5,7 +5,8 @@ the scheduler. Transport-agnostic: adapters feed 16 kHz float32 audio and receiv
 events (`events.py`) through `emit`. Where turns start and end is the TurnDetector's
 (`turns.py`, synchronous); this module runs the inference those turns call for.
 
-- VAD runs per message on the VAD model's threads, never on the event loop.
+- VAD runs per message on the VAD model's threads, never on the event loop, batched with
+  the other sessions' frames (`vad_batch.py`).
 - Partials re-decode the open utterance (its last `window_max_s`) at partial priority
   (after finals, before uploads) after every `partial_interval_s` of new speech. A session
   has at most one partial waiting or running, and the audio is taken when the job starts,
@@ -140,11 +141,12 @@ class StreamSession:
                 await self._on_turn(event)
 
     async def _speech(self, frames: np.ndarray) -> np.ndarray:
-        """Speech or not, per frame; the VAD runs on its own threads, off the event loop."""
+        """Speech or not, per frame; the VAD runs on its own threads, off the event loop,
+        batched with every other session's frames."""
         cfg = self.config
         if not (cfg.use_vad and self._vad is not None and self._vad_model is not None):
             return np.ones(len(frames) // FRAME, dtype=bool)
-        probs = await self._vad_model.run(self._vad.probs, frames)
+        probs = await self._vad_model.batcher.probs(self._vad, frames)
         result: np.ndarray = probs >= cfg.vad_threshold
         return result
 
