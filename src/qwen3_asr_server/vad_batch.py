@@ -76,7 +76,9 @@ class VADBatcher:
 
     async def _drain(self) -> None:
         while self._waiting:
-            batch, later, seen = [], [], set()
+            batch: list[_Request] = []
+            later: list[_Request] = []
+            seen: set[int] = set()
             for request in self._waiting:
                 (later if id(request.stream) in seen else batch).append(request)
                 seen.add(id(request.stream))
