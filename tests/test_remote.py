@@ -21,6 +21,7 @@ import numpy as np
 import openai
 import pytest
 import soxr
+from prometheus_client.parser import text_string_to_metric_families
 
 import speech
 from proc import WHISPER_BACKEND_ENV, ServerProcess
@@ -259,6 +260,57 @@ def test_metrics_show_each_backend(cluster: dict[str, Any]) -> None:
         assert f"asr_backend_up{{{label}}}" in text
         assert f"asr_backend_requests_total{{{label}}}" in text
     assert "asr_backend_inflight" in text and "asr_backend_errors_total" in text
+
+
+def samples_of(metrics: str, name: str) -> dict[str, float]:
+    """Every sample of the family `name` in a Prometheus exposition: {labels + suffix: value}."""
+    out = {}
+    for family in text_string_to_metric_families(metrics):
+        if family.name == name:
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[sample.name.removeprefix(name) + "{" + labels + "}"] = sample.value
+    return out
+
+
+def test_metrics_show_streams_voice_detection_and_backend_times(cluster: dict[str, Any]) -> None:
+    """What an operator scales fronts by (issue 34), after one real stream with server VAD:
+    its messages' lag, the batched voice detection's time and frames, how long jobs waited
+    for a backend slot, and each backend's answer times, one per answered job."""
+    front = cluster["front"]
+    samples = np.concatenate([load("sentence_01.wav"), np.zeros(16000, np.float32)])
+    with open_ws(front.url) as ws:
+        got = Collector(ws)
+        assert got.wait_for(lambda c: c.messages, 10)
+        sent = len(stream(ws, samples, speed=4))
+        assert got.wait_for(lambda c: c.finals(), 60)
+    assert "quick" in got.finals()[0].lower()
+    scrape: list[str] = []
+
+    def settled() -> bool:  # no job ended between the two reads of /health (a late partial)
+        before = sum(answered(front))
+        scrape[:] = [httpx.get(front.url + "/metrics").text]
+        return sum(answered(front)) == before
+
+    wait_until(settled, 30)
+    text = scrape[0]
+    vad = {
+        name: samples_of(text, name)["_total{}"]
+        for name in ("asr_vad_frames", "asr_vad_seconds", "asr_vad_batches")
+    }
+    assert vad["asr_vad_frames"] >= len(samples) // 512 - 1, vad
+    assert vad["asr_vad_seconds"] > 0 and 1 <= vad["asr_vad_batches"] <= vad["asr_vad_frames"]
+    lag = samples_of(text, "asr_stream_lag_seconds")
+    assert lag["_count{}"] >= sent and lag["_bucket{le=+Inf}"] == lag["_count{}"]
+    assert samples_of(text, "asr_stream_max_lag_seconds")["{}"] >= 0
+    assert "asr_stream_pending_final_seconds" in text and "asr_vad_wait_seconds" in text
+    answered_jobs = sum(answered(front))
+    latency = samples_of(text, "asr_backend_latency_seconds")
+    counts = [v for k, v in latency.items() if k.startswith("_count")]
+    assert len(counts) == len(cluster["backends"]) and sum(counts) == answered_jobs > 0
+    assert all(v >= 0 for k, v in latency.items() if k.startswith("_sum"))
+    wait = samples_of(text, "asr_backend_slot_wait_seconds")
+    assert wait["_count{}"] >= answered_jobs
 
 
 def test_a_bad_request_comes_back_as_400_without_marking_backends_down(

@@ -17,6 +17,7 @@ from qwen3_asr_server.streaming.events import (
     SpeechStopped,
     StreamEvent,
 )
+from qwen3_asr_server.streaming.registry import SessionRegistry
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
 from qwen3_asr_server.vad import FRAME, SileroModel
 from streaming_client import load
@@ -473,3 +474,42 @@ async def test_a_client_faster_than_its_finals_has_one_final_in_flight() -> None
     finals = finals_of(events)
     assert len(finals) == 4
     assert transcriber.max_in_flight == 1
+
+
+async def test_a_session_held_back_shows_its_lag_until_it_catches_up() -> None:
+    """Finals held by the engine: past max_pending_s the next message waits for room, so the
+    session falls behind real time. Its lag (and the registry's largest lag and pending
+    finals, which /metrics shows) says so, and returns to 0 once it catches up."""
+    gate = asyncio.Event()
+
+    class Held(Transcriber):
+        async def __call__(self, audio: Any, language: str | None, partial: bool = False) -> str:
+            await gate.wait()
+            return await super().__call__(audio, language, partial)
+
+    lags: list[float] = []
+    events: list[StreamEvent] = []
+
+    async def emit(event: StreamEvent) -> None:
+        events.append(event)
+
+    config = StreamConfig(use_vad=False, max_pending_s=1.0, flush_silence_ms=0)
+    session = StreamSession(config, Held(), emit, SileroModel(), observe_lag=lags.append)
+    registry = SessionRegistry(4)
+    registry.add(session)
+    audio = load("sentence_01.wav")[: FRAME * 62]
+    held = len(audio) / 16000  # ~2 s
+    await session.feed(audio)
+    await session.flush()  # 2 s wait for their final: past max_pending_s
+    assert registry.lag() == (0.0, held)
+    behind = asyncio.create_task(session.feed(audio[:1600]))
+    while session.lag == 0:  # the message is waiting for room
+        await asyncio.sleep(0.01)
+    lag, pending = registry.lag()
+    assert lag > 0 and pending == held and not behind.done()
+    gate.set()
+    await asyncio.wait_for(behind, 30)
+    assert session.lag == 0 and registry.lag()[0] == 0
+    assert len(lags) == 2 and lags[-1] >= lag  # each message's lag was observed
+    await session.close("test")
+    assert registry.lag() == (0.0, 0.0)

@@ -110,11 +110,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
 
         def state() -> dict[str, Any]:
             status = chosen.status()
+            max_lag, pending_finals = sessions.lag()
             return {
                 "model_loaded": manager.loaded,
                 "load_seconds": manager.last_load_seconds,
                 "queue_depth": scheduler.depth,
                 "sessions": len(sessions),
+                "stream_max_lag": max_lag,
+                "stream_pending_final_seconds": pending_finals,
+                "vad": vad.batcher.stats(),
+                "backend_slot_wait": status.backend_slot_wait,
+                "backend_latency": status.backend_latency,
                 "pending_audio_seconds": budget.in_use,
                 "pending_audio_limit_seconds": budget.limit,
                 "audio_budget_refusals": budget.refused,

@@ -12,8 +12,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from .engines.status import HistogramSnapshot
+from .vad_batch import VADStats
 
 PRIORITY_NAMES = {0: "final", 1: "partial", 2: "batch"}
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -75,6 +83,14 @@ class Metrics:
             registry=r,
         )
 
+        self.stream_lag = Histogram(
+            "asr_stream_lag_seconds",
+            "Streaming: each audio message from its arrival to the end of its voice detection "
+            "and turn handling (how far behind real time sessions run).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
     def observe_job(self, priority: int, waited: float, batch: int) -> None:
         """Called by the scheduler's worker thread when a job starts."""
         self.queue_wait.labels(PRIORITY_NAMES.get(priority, str(priority))).observe(waited)
@@ -116,7 +132,16 @@ class StateCollector(Collector):
             "asr_model_loaded": ("1 when the model is loaded.", s["model_loaded"]),
             "asr_model_load_seconds": ("Duration of the last model load.", s["load_seconds"]),
             "asr_queue_depth": ("Jobs waiting in the inference queue.", s["queue_depth"]),
-            "asr_streaming_sessions": ("Streaming sessions open.", s["sessions"]),
+            "asr_streaming_sessions": ("Streaming sessions open (live streams).", s["sessions"]),
+            "asr_stream_max_lag_seconds": (
+                "The largest lag of a live stream now: seconds since the audio it is processing "
+                "arrived (0 when every stream is up to date).",
+                s["stream_max_lag"],
+            ),
+            "asr_stream_pending_final_seconds": (
+                "Seconds of streamed audio committed and waiting for its final, all streams.",
+                s["stream_pending_final_seconds"],
+            ),
             "asr_pending_audio_seconds": (
                 "Seconds of decoded audio held by uploads (MAX_PENDING_AUDIO_SECONDS budget).",
                 s["pending_audio_seconds"],
@@ -142,7 +167,9 @@ class StateCollector(Collector):
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=float(value))
+        yield from _vad_metrics(s["vad"])
         yield from _backend_metrics(s.get("backends", []))
+        yield from _backend_histograms(s.get("backend_slot_wait"), s.get("backend_latency", ()))
         yield from _download_metrics(s.get("download"), bool(s.get("fallback")))
 
 
@@ -202,3 +229,59 @@ def _backend_metrics(backends: list[dict[str, Any]]) -> Iterator[Metric]:
         errors.add_metric(label, float(b["errors"]))
         seconds.add_metric(label, float(b["seconds"]))
     yield from (up, inflight, requests, errors, seconds)
+
+
+def _vad_metrics(vad: VADStats) -> Iterator[Metric]:
+    """The streaming sessions' voice detection, batched across sessions (vad_batch.py)."""
+    counters = {
+        "asr_vad_seconds": ("Thread seconds spent in streaming voice detection.", vad.seconds),
+        "asr_vad_frames": ("32 ms frames through streaming voice detection.", vad.frames),
+        "asr_vad_batches": (
+            "Model calls' batches of streaming voice detection (frames / batches: how many "
+            "streams share one).",
+            vad.batches,
+        ),
+    }
+    for name, (doc, value) in counters.items():
+        yield CounterMetricFamily(name, doc, value=float(value))
+    yield GaugeMetricFamily(
+        "asr_vad_wait_seconds",
+        "How long the oldest voice detection request waiting or running has waited.",
+        value=vad.oldest_wait,
+    )
+
+
+def _histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=labels)
+
+
+def _add(family: HistogramMetricFamily, labels: list[str], snap: HistogramSnapshot) -> None:
+    cumulative, running = [], 0
+    for bound, count in zip((*snap.bounds, float("inf")), snap.counts, strict=True):
+        running += count
+        cumulative.append((str(bound) if bound != float("inf") else "+Inf", float(running)))
+    family.add_metric(labels, cumulative, sum_value=snap.total)
+
+
+def _backend_histograms(
+    slot_wait: HistogramSnapshot | None, latency: tuple[tuple[str, HistogramSnapshot], ...]
+) -> Iterator[Metric]:
+    """ENGINE=remote: the time jobs waited for a backend slot (the front's queueing for the
+    backends), and each backend's answer time (its own queueing and inference)."""
+    if slot_wait is None:
+        return
+    wait = _histogram(
+        "asr_backend_slot_wait_seconds",
+        "Time a job waited for a free backend slot (every usable backend full).",
+        [],
+    )
+    _add(wait, [], slot_wait)
+    answer = _histogram(
+        "asr_backend_latency_seconds",
+        "Time from a job sent to a remote backend to its answer (the backend's queueing "
+        "and inference).",
+        ["backend"],
+    )
+    for url, snap in latency:
+        _add(answer, [url], snap)
+    yield from (wait, answer)

@@ -152,8 +152,9 @@ def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSess
             return Heard(result.text, logprobs=logprobs) if logprobs is not None else result.text
         return Heard(result.text, result.language, logprobs, result.usage)
 
-    observe = ctx.metrics.final_latency.observe
-    session = StreamSession(config, transcribe, emit, ctx.vad, observe)
+    metrics = ctx.metrics
+    observe = metrics.final_latency.observe
+    session = StreamSession(config, transcribe, emit, ctx.vad, observe, metrics.stream_lag.observe)
     return session
 
 
@@ -204,8 +205,9 @@ async def serve_session(
     reason = "disconnect"
     try:
         while not outbox.dead:
-            try:
-                received = await asyncio.wait_for(websocket.receive(), ctx.settings.ws_idle_timeout)
+            try:  # (a timer per message, not wait_for's task per message)
+                async with asyncio.timeout(ctx.settings.ws_idle_timeout):
+                    received = await websocket.receive()
             except TimeoutError:
                 await outbox.put(idle_error)
                 reason = "idle"

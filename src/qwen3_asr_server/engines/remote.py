@@ -175,7 +175,13 @@ class RemoteEngine:
         backends = tuple(self.pool.status())
         waiting = self.pool.waiting
         return EngineStatus(
-            self.name, self.model_id, self.device, backends=backends, backend_waiting=waiting
+            self.name,
+            self.model_id,
+            self.device,
+            backends=backends,
+            backend_waiting=waiting,
+            backend_slot_wait=self.pool.slot_wait.snapshot(),
+            backend_latency=tuple((b.label, b.latency.snapshot()) for b in self.backends),
         )
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -282,9 +288,11 @@ class RemoteEngine:
         """The answer; if every caller goes first, cancel the request (its connection
         closes, so the backend can stop too)."""
 
+        answered = threading.Event()  # (one per job: concurrent.futures.wait makes one a poll)
+        future.add_done_callback(lambda _: answered.set())
+
         def ready(timeout: float) -> bool:
-            done, _ = concurrent.futures.wait([future], timeout)
-            return bool(done)
+            return answered.wait(timeout)
 
         def give_up() -> None:
             future.cancel()

@@ -20,6 +20,7 @@ from loguru import logger
 
 from ..redact import redact_url
 from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
+from .status import Buckets
 
 POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot
 PROBE_TICK = 0.2  # seconds between two looks for backends whose probe is due
@@ -63,6 +64,8 @@ class Backend:
     failures: int = 0  # consecutive failed probes or jobs
     next_probe: float = 0.0  # monotonic
     picked: int = 0  # when it was last chosen (round robin among equals)
+    # answered jobs' times (/metrics)
+    latency: Buckets = field(default_factory=Buckets, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.label = self.label or redact_url(self.url)
@@ -102,6 +105,7 @@ class BackendPool:
         self._lock = threading.Condition()
         self._picks = itertools.count(1)
         self.waiting = 0  # jobs waiting for a slot (every usable backend is full)
+        self.slot_wait = Buckets()  # how long each job waited for its slot (/metrics)
 
     @property
     def slots(self) -> int:
@@ -124,6 +128,7 @@ class BackendPool:
         every such backend is down. When all of them are full (REMOTE_MAX_INFLIGHT each: the
         others may be down, so the scheduler runs more jobs than they take), wait for a
         slot; JobCancelledError if every caller of the job goes meanwhile."""
+        started = time.monotonic()
         with self._lock:
             waited = False
             try:
@@ -136,6 +141,7 @@ class BackendPool:
                         chosen = min(free, key=lambda b: (b.inflight / b.max_inflight, b.picked))
                         chosen.inflight += 1
                         chosen.picked = next(self._picks)
+                        self.slot_wait.observe(time.monotonic() - started)
                         return chosen
                     if should_stop():
                         raise JobCancelledError()
@@ -157,6 +163,7 @@ class BackendPool:
             elif outcome == "answered":
                 backend.requests += 1
                 backend.seconds += seconds
+                backend.latency.observe(seconds)
 
     def mark_up(self, backend: Backend, model: str | None) -> None:
         with self._lock:

@@ -4,8 +4,49 @@ DUAL_MODEL adds the fast model's)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+import threading
+from dataclasses import dataclass, field
 from typing import Any
+
+LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """A latency histogram as /metrics shows it: counts per upper bound (not cumulative)
+    plus one for the values above the last, their sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]  # len(bounds) + 1
+    total: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass
+class Buckets:
+    """A thread-safe latency histogram kept by an engine (the remote backends' latency and
+    slot waits), read at scrape time; free of any metrics library."""
+
+    bounds: tuple[float, ...] = LATENCY_BOUNDS
+    _counts: list[int] = field(default_factory=list)
+    _total: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            if not self._counts:
+                self._counts = [0] * (len(self.bounds) + 1)
+            self._counts[bisect.bisect_left(self.bounds, value)] += 1
+            self._total += value
+
+    def snapshot(self) -> HistogramSnapshot:
+        with self._lock:
+            counts = tuple(self._counts) or (0,) * (len(self.bounds) + 1)
+            return HistogramSnapshot(self.bounds, counts, self._total)
 
 
 @dataclass(frozen=True)
@@ -27,6 +68,9 @@ class EngineStatus:
     worker: WorkerStatus | None = None
     backends: tuple[dict[str, Any], ...] = ()  # ENGINE=remote: each backend's state
     backend_waiting: int = 0  # jobs waiting for a backend slot
+    # ENGINE=remote: time jobs waited for a backend slot; each backend's answer time by URL
+    backend_slot_wait: HistogramSnapshot | None = None
+    backend_latency: tuple[tuple[str, HistogramSnapshot], ...] = ()
     fast: EngineStatus | None = None  # DUAL_MODEL: the partials' model
 
     @property

@@ -35,6 +35,13 @@ class SessionRegistry:
             )
         self._sessions[session] = drain
 
+    def lag(self) -> tuple[float, float]:
+        """The largest lag of a live session (`StreamSession.lag`), and the seconds of audio
+        committed and waiting for finals over all sessions (read by /metrics)."""
+        sessions = list(self._sessions)
+        most = max((s.lag for s in sessions), default=0.0)
+        return most, sum(s.pending_seconds for s in sessions)
+
     def remove(self, session: StreamSession) -> None:
         self._sessions.pop(session, None)
 

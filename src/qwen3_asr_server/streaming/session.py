@@ -88,9 +88,12 @@ class StreamSession:
         emit: Emit,
         vad: SileroModel | None,
         observe_final: Callable[[float], None] | None = None,
+        observe_lag: Callable[[float], None] | None = None,
     ) -> None:
         self.config = config
         self._observe_final = observe_final  # end of speech -> final sent (metrics)
+        self._observe_lag = observe_lag  # audio received -> through voice detection (metrics)
+        self._feeding_since: float | None = None  # monotonic arrival of the audio in feed()
         self._transcribe = transcribe
         self._emit = emit
         self._vad_model = vad
@@ -124,9 +127,25 @@ class StreamSession:
         """Audio committed and waiting for its final."""
         return self._pending / SAMPLE_RATE
 
+    @property
+    def lag(self) -> float:
+        """How far behind real time the session is: seconds since the audio being processed
+        now arrived (waiting for room, voice detection, turns), 0 when it is idle."""
+        since = self._feeding_since
+        return 0.0 if since is None else time.monotonic() - since
+
     async def feed(self, samples: np.ndarray) -> None:
         """Audio at 16 kHz, any length; processed in whole VAD frames. Waits while more
         than `max_pending_s` of audio waits for its finals (back-pressure)."""
+        arrived = self._feeding_since = time.monotonic()
+        try:
+            await self._feed(samples)
+        finally:
+            self._feeding_since = None
+            if self._observe_lag is not None:
+                self._observe_lag(time.monotonic() - arrived)
+
+    async def _feed(self, samples: np.ndarray) -> None:
         while not self.closed and not self._room.is_set():
             await self._room.wait()
         if self.closed:
