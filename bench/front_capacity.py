@@ -1,27 +1,34 @@
-"""How many live streams one front holds (issue 34): a front with `ENGINE=remote` against a
+"""How many live streams one front holds (issue 34): fronts with `ENGINE=remote` against a
 stand-in backend that answers after a fixed delay (its own process, so its CPU is not the
-front's), and N `/ws/transcribe` streams replaying real speech at real-time pace from a load
-generator in a third process.
+fronts'), and N live streams replaying real speech at real-time pace from a load generator
+in a third process (`stream_load.py`).
 
     .venv/bin/python bench/front_capacity.py [--streams 10,25,50,100,200] [--seconds 30]
-        [--delay 0.12]
+        [--delay 0.12] [--protocol ws|realtime|pcmu] [--chunk-ms 100] [--fronts 1]
+        [--pin] [--soak SECONDS --streams N]
 
 Per N, over a window after a warm-up:
-- the front's CPU seconds per stream-second (utime + stime from /proc);
+- the fronts' CPU seconds per stream-second (utime + stime from /proc), and what the load
+  generator and the stand-in took beside them (cores);
 - partials per stream-second, and finals' latency after the end of speech (p50/p95) minus
   the backend's delay (the VAD's end silence is in it);
-- event-loop lag: the slowest `/health` answer, polled every 0.5 s;
-- the front's RSS per stream;
+- event-loop lag: `/health` answer times, polled every 0.5 s (p99 and max);
+- the fronts' RSS per stream;
 - the load generator's own lag (how late its sends were): past 50 ms the numbers are not
-  the front's.
-N is past the goal when the final p95 (minus the delay, the VAD end silence of 500 ms in it) is
-over 0.6 s or `/health` over 100 ms.
+  the fronts';
+- streams dropped (closed by the server or ended by an error) and error events.
+N is past the goal when the final p95 (minus the delay, the VAD end silence of 500 ms in it)
+is over 0.6 s or `/health` over 100 ms. `--pin` puts the fronts on core 0 and the load
+generator and the stand-in on core 1: the N at failure is then per core.
+
+`--soak S` runs N streams for S seconds and samples each front's RSS every 30 s: the growth
+after the first 2 minutes, sessions dropped and the latencies over the whole run.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -29,88 +36,19 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from common import ROOT, pct
 
 import httpx
-import numpy as np
 
 from proc import ServerProcess
 from server import free_port
-from streaming_client import load, pcm16
 
-CHUNK_S = 0.1  # the load generator sends 100 ms frames
-CLIP = "three_sentences.wav"
-PAUSE_S = 2.0  # silence after each replay of the clip
 GOAL_FINAL_S = 0.6  # final p95 after the end of speech, beyond the delay (end silence in it)
+LOAD = Path(__file__).with_name("stream_load.py")
 
 
-def speech_ends(samples: np.ndarray, rate: int = 16000) -> list[float]:
-    """Where speech ends in the clip (seconds): a loud 32 ms frame followed by >= 0.3 s
-    of quiet frames."""
-    frame = 512
-    loud = [
-        float(np.abs(samples[i : i + frame]).max()) > 0.02 for i in range(0, len(samples), frame)
-    ]
-    ends, quiet = [], 0
-    for i, is_loud in enumerate(loud):
-        quiet = 0 if is_loud else quiet + 1
-        if quiet == int(0.3 * rate / frame) and i >= quiet:
-            ends.append((i - quiet + 1) * frame / rate)
-    if loud and loud[-1]:
-        ends.append(len(samples) / rate)
-    return ends
-
-
-# -- the load generator (its own process) ------------------------------------------------------
-async def one_stream(url: str, seconds: float, index: int, out: dict[str, list[float]]) -> None:
-    from websockets.asyncio.client import connect
-
-    clip = load(CLIP)
-    audio = np.concatenate([clip, np.zeros(int(PAUSE_S * 16000), np.float32)])
-    ends = speech_ends(clip)
-    chunk = int(CHUNK_S * 16000)
-    async with connect(url + "/ws/transcribe?sample_rate=16000", max_size=None) as ws:
-        await ws.recv()  # connected
-        spoken_end: list[float] = []  # wall times at which a speech end was sent
-
-        async def reader() -> None:
-            async for raw in ws:
-                event = json.loads(raw)
-                now = time.perf_counter()
-                if event.get("is_final"):
-                    if event.get("text") and spoken_end:
-                        out["finals"].append(now - spoken_end[-1])
-                elif event.get("is_partial"):
-                    out["partials"].append(now)
-
-        task = asyncio.create_task(reader())
-        await asyncio.sleep(index * 0.013 % CHUNK_S)  # spread the streams over a frame
-        started = time.perf_counter()
-        sent = 0
-        while time.perf_counter() - started < seconds:
-            pos = (sent * chunk) % len(audio)
-            await ws.send(pcm16(audio[pos : pos + chunk]))
-            sent += 1
-            at = (pos + chunk) / 16000
-            if any(at - CHUNK_S < end <= at for end in ends):
-                spoken_end.append(time.perf_counter())
-            due = started + sent * CHUNK_S
-            late = time.perf_counter() - due
-            out["late"].append(max(0.0, late))
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        await asyncio.sleep(2.0)  # the last finals
-        task.cancel()
-
-
-async def generate(url: str, streams: int, seconds: float) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"finals": [], "partials": [], "late": []}
-    ws_url = url.replace("http://", "ws://")
-    await asyncio.gather(*(one_stream(ws_url, seconds, i, out) for i in range(streams)))
-    return out
-
-
-# -- the measurement ---------------------------------------------------------------------------
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -123,59 +61,165 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def measure(front: ServerProcess, streams: int, seconds: float, delay: float) -> dict[str, float]:
-    pid = front.proc.pid
-    rss_before = rss_mb(pid)
-    health: list[float] = []
-    stop = threading.Event()
+class HealthPoller:
+    """`/health` of every front every 0.5 s, on a thread: its answer times."""
 
-    def poll_health() -> None:
+    def __init__(self, fronts: list[ServerProcess]) -> None:
+        self.times: list[float] = []
+        self._fronts = fronts
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
         with httpx.Client(timeout=10) as client:
-            while not stop.is_set():
-                started = time.perf_counter()
-                client.get(front.url + "/health")
-                health.append(time.perf_counter() - started)
-                stop.wait(0.5)
+            while not self._stop.is_set():
+                for front in self._fronts:
+                    started = time.perf_counter()
+                    client.get(front.url + "/health")
+                    self.times.append(time.perf_counter() - started)
+                self._stop.wait(0.5)
 
-    load = subprocess.Popen(
-        [sys.executable, __file__, "--load", front.url, str(streams), str(seconds)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(min(5.0, seconds / 4))  # warm-up: every stream open and talking
-    poller = threading.Thread(target=poll_health, daemon=True)
-    poller.start()
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    window = seconds - min(5.0, seconds / 4)
-    time.sleep(max(1.0, window - 1.0))
-    cpu1, t1 = cpu_seconds(pid), time.perf_counter()
-    rss = rss_mb(pid)
-    stop.set()
-    out, _ = load.communicate(timeout=seconds + 120)
-    got = json.loads(out.strip().splitlines()[-1])
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(15)
+        return self.times or [0.0]
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of `pid` to `cores` (threads it starts later inherit the mask)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cores)
+
+
+def start_load(
+    fronts: list[ServerProcess], streams: int, seconds: float, args: argparse.Namespace
+) -> subprocess.Popen[str]:
+    urls = ",".join(f.url for f in fronts)
+    command = [sys.executable, str(LOAD), urls, str(streams), str(seconds), args.protocol]
+    load = subprocess.Popen([*command, str(args.chunk_ms)], stdout=subprocess.PIPE, text=True)
+    if args.pin:
+        pin(load.pid, {1})
+    return load
+
+
+def summary(got: dict[str, Any], streams: int, seconds: float, delay: float) -> dict[str, float]:
     finals = [f - delay for f in got["finals"]] or [float("nan")]
     return {
-        "cpu_per_stream_s": (cpu1 - cpu0) / ((t1 - t0) * streams),
         "partials_per_stream_s": len(got["partials"]) / (streams * seconds),
         "final_p50": pct(finals, 50),
         "final_p95": pct(finals, 95),
         "finals": len(got["finals"]),
-        "health_max_ms": max(health or [0.0]) * 1000,
-        "rss_per_stream_mb": (rss - rss_before) / streams,
-        "rss_mb": rss,
         "load_lag_p99_ms": pct(got["late"] or [0.0], 99) * 1000,
+        "dropped": got["dropped"],
+        "errors": len(got["errors"]),
     }
 
 
+def measure(
+    fronts: list[ServerProcess], others: dict[str, int], streams: int, args: argparse.Namespace
+) -> dict[str, float]:
+    seconds = args.seconds
+    pids = [f.proc.pid for f in fronts]
+    rss_before = sum(rss_mb(p) for p in pids)
+    load = start_load(fronts, streams, seconds, args)
+    others = {**others, "load": load.pid}
+    time.sleep(min(5.0, seconds / 4))  # warm-up: every stream open and talking
+    poller = HealthPoller(fronts)
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    side0 = {k: cpu_seconds(p) for k, p in others.items()}
+    t0 = time.perf_counter()
+    time.sleep(max(1.0, seconds - min(5.0, seconds / 4) - 1.0))
+    elapsed = time.perf_counter() - t0
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    side = {k: (cpu_seconds(p) - side0[k]) / elapsed for k, p in others.items()}
+    rss = sum(rss_mb(p) for p in pids)
+    health = poller.stop()
+    out, _ = load.communicate(timeout=seconds + 180)
+    got = json.loads(out.strip().splitlines()[-1])
+    return {
+        **summary(got, streams, seconds, args.delay),
+        "cpu_per_stream_s": cpu / (elapsed * streams),
+        "front_cores": cpu / elapsed,
+        "load_cores": side["load"],
+        "standin_cores": side["standin"],
+        "health_p99_ms": pct(health, 99) * 1000,
+        "health_max_ms": max(health) * 1000,
+        "rss_per_stream_mb": (rss - rss_before) / streams,
+        "rss_mb": rss,
+    }
+
+
+def soak(fronts: list[ServerProcess], streams: int, args: argparse.Namespace) -> None:
+    """N streams for args.soak seconds: RSS every 30 s, then the whole run's numbers."""
+    pids = [f.proc.pid for f in fronts]
+    load = start_load(fronts, streams, args.soak, args)
+    poller = HealthPoller(fronts)
+    started = time.perf_counter()
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    samples: list[tuple[float, float]] = []
+    while load.poll() is None:
+        samples.append((time.perf_counter() - started, sum(rss_mb(p) for p in pids)))
+        print(f"  {samples[-1][0]:6.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            load.wait(30)
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    elapsed = time.perf_counter() - started
+    health = poller.stop()
+    out, _ = load.communicate()
+    got = json.loads(out.strip().splitlines()[-1])
+    m = summary(got, streams, args.soak, args.delay)
+    settled = [rss for at, rss in samples if at >= 120] or [samples[-1][1]]
+    print(
+        f"soak: {streams} streams x {args.soak:.0f} s ({args.protocol}): "
+        f"RSS {settled[0]:.1f} MB at 2 min -> {settled[-1]:.1f} MB at the end "
+        f"(growth {settled[-1] - settled[0]:+.1f} MB, max {max(r for _, r in samples):.1f}); "
+        f"dropped {m['dropped']}, errors {m['errors']}; CPU {cpu / (elapsed * streams):.4f} "
+        f"s/stream-s; finals {m['finals']}, p50/p95 {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
+        f"(minus delay); partials {m['partials_per_stream_s']:.2f}/stream-s; /health p99/max "
+        f"{pct(health, 99) * 1000:.0f}/{max(health) * 1000:.0f} ms; load lag p99 "
+        f"{m['load_lag_p99_ms']:.0f} ms"
+    )
+    if got["errors"]:
+        print("first errors:", got["errors"][:5])
+
+
+def start_fronts(count: int, backend_url: str) -> list[ServerProcess]:
+    env = {
+        "ENGINE": "remote",
+        "REMOTE_BACKENDS": backend_url,
+        "REMOTE_MAX_INFLIGHT": "256",
+        "MAX_QUEUE": "4096",
+        "WS_MAX_SESSIONS": "2000",
+        "LOG_LEVEL": "ERROR",
+        "PRELOAD": "true",  # probing the backends starts with the load
+        "IDLE_TIMEOUT": "0",
+        "REMOTE_PROBE_INTERVAL": "1",
+    }
+    fronts = [ServerProcess(env) for _ in range(count)]
+    for front in fronts:
+        front.wait_healthy(60)
+        deadline = time.monotonic() + 30
+        while httpx.get(front.url + "/health").json().get("backends_up") != 1:
+            if time.monotonic() > deadline:
+                raise SystemExit("the stand-in backend never came up")
+            time.sleep(0.2)
+    return fronts
+
+
 def main() -> None:
-    if sys.argv[1:2] == ["--load"]:
-        url, streams, seconds = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-        print(json.dumps(asyncio.run(generate(url, streams, seconds))))
-        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", default="10,25,50,100,200")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--delay", type=float, default=0.12, help="the backend's answer time")
+    parser.add_argument("--protocol", choices=("ws", "realtime", "pcmu"), default="ws")
+    parser.add_argument("--chunk-ms", type=int, default=100, help="audio per client message")
+    parser.add_argument("--fronts", type=int, default=1, help="front processes (streams split)")
+    parser.add_argument(
+        "--pin", action="store_true", help="fronts on core 0, load and stand-in on core 1"
+    )
+    parser.add_argument("--soak", type=float, default=0.0, help="one N for this many seconds")
     args = parser.parse_args()
     port = free_port()
     backend = subprocess.Popen(
@@ -183,42 +227,39 @@ def main() -> None:
          str(args.delay)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    front = ServerProcess(
-        {
-            "ENGINE": "remote",
-            "REMOTE_BACKENDS": f"http://127.0.0.1:{port}/v1",
-            "REMOTE_MAX_INFLIGHT": "256",
-            "MAX_QUEUE": "4096",
-            "WS_MAX_SESSIONS": "1000",
-            "LOG_LEVEL": "ERROR",
-            "PRELOAD": "true",  # probing the backends starts with the load
-            "IDLE_TIMEOUT": "0",
-            "REMOTE_PROBE_INTERVAL": "1",
-        }
-    )
+    fronts: list[ServerProcess] = []
     try:
-        front.wait_healthy(60)
-        deadline = time.monotonic() + 30
-        while httpx.get(front.url + "/health").json().get("backends_up") != 1:
-            if time.monotonic() > deadline:
-                raise SystemExit("the stand-in backend never came up")
-            time.sleep(0.2)
-        print(f"front {front.url}, stand-in delay {args.delay * 1000:.0f} ms, {args.seconds:g} s")
-        print("streams | CPU s/stream-s | streams/core | partials/stream-s | final p50/p95 "
-              "(minus delay) | /health max | RSS/stream | load lag p99")  # fmt: skip
+        fronts = start_fronts(args.fronts, f"http://127.0.0.1:{port}/v1")
+        if args.pin:  # the fronts on core 0; the load generator and the stand-in on core 1
+            for front in fronts:
+                pin(front.proc.pid, {0})
+            pin(backend.pid, {1})
+        print(
+            f"{args.fronts} front(s), protocol {args.protocol}, {args.chunk_ms} ms messages, "
+            f"stand-in delay {args.delay * 1000:.0f} ms, {args.seconds:g} s per N"
+        )
+        if args.soak:
+            soak(fronts, int(args.streams.split(",")[0]), args)
+            return
+        print("streams | CPU s/stream-s | streams/core | cores: fronts/load/stand-in | "
+              "partials/stream-s | final p50/p95 (minus delay) | /health p99/max | "
+              "RSS/stream | load lag p99 | dropped")  # fmt: skip
         for n in (int(v) for v in args.streams.split(",")):
-            m = measure(front, n, args.seconds, args.delay)
+            m = measure(fronts, {"standin": backend.pid}, n, args)
             fails = m["final_p95"] > GOAL_FINAL_S or m["health_max_ms"] > 100
             print(
                 f"{n:7d} | {m['cpu_per_stream_s']:.4f} | {1 / m['cpu_per_stream_s']:.0f} | "
+                f"{m['front_cores']:.2f}/{m['load_cores']:.2f}/{m['standin_cores']:.2f} | "
                 f"{m['partials_per_stream_s']:.2f} | {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
-                f"({m['finals']} finals) | {m['health_max_ms']:.0f} ms | "
-                f"{m['rss_per_stream_mb']:.2f} MB | {m['load_lag_p99_ms']:.0f} ms"
+                f"({m['finals']:.0f} finals) | {m['health_p99_ms']:.0f}/{m['health_max_ms']:.0f} "
+                f"ms | {m['rss_per_stream_mb']:.2f} MB | {m['load_lag_p99_ms']:.0f} ms | "
+                f"{m['dropped']:.0f} ({m['errors']:.0f} errors)"
                 + ("  <- past the goal" if fails else ""),
                 flush=True,
             )
     finally:
-        front.stop()
+        for front in fronts:
+            front.stop()
         backend.terminate()
         backend.wait(10)
 

@@ -96,35 +96,46 @@ class VADStream:
 
     def prob(self, frame: np.ndarray) -> float:
         """Speech probability of one 512-sample frame (float32, 16 kHz)."""
-        return float(self.step_many(self._model.session(), [self], [frame])[0])
-
-    @staticmethod
-    def step_many(session: Any, streams: list[VADStream], frames: list[np.ndarray]) -> np.ndarray:
-        """One frame for each of several streams in one call of the model (its batch axis),
-        each in its own state: the probabilities, the same as one call per stream gives."""
-        count = len(streams)
-        x = np.empty((count, CONTEXT + FRAME), dtype=np.float32)
-        state = np.empty((2, count, 128), dtype=np.float32)
-        for row, (stream, frame) in enumerate(zip(streams, frames, strict=True)):
-            x[row, :CONTEXT] = stream._context[0]
-            x[row, CONTEXT:] = frame
-            state[:, row] = stream._state[:, 0]
-        out, state = session.run(
-            None, {"input": x, "state": state, "sr": np.array(SAMPLE_RATE, dtype=np.int64)}
-        )
-        for row, stream in enumerate(streams):
-            stream._state = state[:, row : row + 1].copy()
-            stream._context = x[row : row + 1, -CONTEXT:].copy()
-        result: np.ndarray = out.reshape(-1)
-        return result
+        return float(self.probs(frame)[0])
 
     def probs(self, samples: np.ndarray) -> np.ndarray:
         """Probabilities for each whole frame of `samples` (a trailing part frame is ignored)."""
-        count = len(samples) // FRAME
-        return np.array(
-            [self.prob(samples[i * FRAME : (i + 1) * FRAME]) for i in range(count)],
-            dtype=np.float32,
-        )
+        return run_streams(self._model.session(), [self], [samples])[0]
+
+
+def run_streams(
+    session: Any, streams: list[VADStream], audio: list[np.ndarray]
+) -> list[np.ndarray]:
+    """The speech probability of each whole frame of `audio[i]` in `streams[i]`'s state, for
+    several streams at once: step k is one call of the model (its batch axis) over the k-th
+    frame of every stream that has one. The same numbers as one call per frame and stream.
+    Streams must be distinct (their frames run in order)."""
+    counts = [len(a) // FRAME for a in audio]
+    order = sorted(range(len(streams)), key=lambda i: -counts[i])  # active rows: a prefix
+    rows, steps = len(order), max(counts, default=0)
+    frames = np.zeros((rows, steps, FRAME), dtype=np.float32)
+    state = np.empty((2, rows, 128), dtype=np.float32)
+    context = np.empty((rows, CONTEXT), dtype=np.float32)
+    for row, i in enumerate(order):
+        frames[row, : counts[i]] = audio[i][: counts[i] * FRAME].reshape(-1, FRAME)
+        state[:, row] = streams[i]._state[:, 0]
+        context[row] = streams[i]._context[0]
+    probs = np.zeros((rows, steps), dtype=np.float32)
+    rate = np.array(SAMPLE_RATE, dtype=np.int64)
+    ordered = np.array([counts[i] for i in order])
+    for k in range(steps):
+        active = int(np.count_nonzero(ordered > k))
+        x = np.concatenate([context[:active], frames[:active, k]], axis=1)
+        live = np.ascontiguousarray(state[:, :active])
+        out, state[:, :active] = session.run(None, {"input": x, "state": live, "sr": rate})
+        context[:active] = x[:, -CONTEXT:]
+        probs[:active, k] = out.reshape(-1)
+    result: list[np.ndarray] = [np.zeros(0, np.float32)] * len(streams)
+    for row, i in enumerate(order):
+        streams[i]._state = state[:, row : row + 1].copy()
+        streams[i]._context = context[row : row + 1].copy()
+        result[i] = probs[row, : counts[i]].copy()
+    return result
 
 
 def fill_no_speech_probs(model: SileroModel, samples: np.ndarray, segments: list[Any]) -> None:

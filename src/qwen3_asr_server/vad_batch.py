@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .vad import FRAME, SileroModel, VADStream
+from .vad import SileroModel, VADStream, run_streams
 
 
 @dataclass
@@ -101,20 +101,12 @@ class VADBatcher:
             self._running = []
 
     def _run(self, batch: list[_Request]) -> list[np.ndarray]:
-        """On a VAD thread: step k runs the k-th frame of every request that has one."""
+        """On a VAD thread: every request's frames, one model call per frame step."""
         started = time.thread_time()
         session = self._model.session()
-        counts = [len(r.frames) // FRAME for r in batch]
-        out = [np.empty(c, dtype=np.float32) for c in counts]
-        for k in range(max(counts, default=0)):
-            rows = [i for i, c in enumerate(counts) if c > k]
-            streams = [batch[i].stream for i in rows]
-            chunks = [batch[i].frames[k * FRAME : (k + 1) * FRAME] for i in rows]
-            probs = VADStream.step_many(session, streams, chunks)
-            for j, i in enumerate(rows):
-                out[i][k] = probs[j]
+        out = run_streams(session, [r.stream for r in batch], [r.frames for r in batch])
         with self._lock:
             self._seconds += time.thread_time() - started
-            self._frames += sum(counts)
+            self._frames += sum(len(p) for p in out)
             self._batches += 1
         return out
