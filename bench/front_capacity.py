@@ -12,7 +12,7 @@ Per N, over a window after a warm-up:
   generator and the stand-in took beside them (cores);
 - partials per stream-second, and finals' latency after the end of speech (p50/p95) minus
   the backend's delay (the VAD's end silence is in it);
-- event-loop lag: `/health` answer times, polled every 0.5 s (p99 and max);
+- event-loop lag: `/health` answer times, polled every 0.2 s (p99 and max);
 - the fronts' RSS per stream;
 - the load generator's own lag (how late its sends were): past 50 ms the numbers are not
   the fronts';
@@ -78,7 +78,7 @@ class HealthPoller:
                     started = time.perf_counter()
                     client.get(front.url + "/health")
                     self.times.append(time.perf_counter() - started)
-                self._stop.wait(0.5)
+                self._stop.wait(0.2)
 
     def stop(self) -> list[float]:
         self._stop.set()

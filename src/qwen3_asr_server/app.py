@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -133,6 +134,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             }
 
         metrics.watch(state)
+        gc.callbacks.append(metrics.gc_callback)
         try:
             await manager.start(preload=settings.preload)  # after the download, if any
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
@@ -142,6 +144,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             await asyncio.to_thread(scheduler.stop)
             await manager.stop()
             vad.close()
+            gc.callbacks.remove(metrics.gc_callback)
 
     app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
     install_error_handlers(app)

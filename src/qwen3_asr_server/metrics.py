@@ -8,6 +8,8 @@ never drives it, and never imports torch.
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -91,6 +93,26 @@ class Metrics:
             registry=r,
         )
 
+        self.gc_pause = Histogram(
+            "asr_gc_pause_seconds",
+            "Python garbage collections by generation: how long each stopped the process "
+            "(the event loop included).",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+            registry=r,
+        )
+        # Resolved now: labels() takes the metric's lock, and a collection can start while
+        # this thread holds it (a scrape): the callback must take no lock a scrape holds.
+        self._gc_pauses = {g: self.gc_pause.labels(str(g)) for g in range(3)}
+        self._gc_started = 0.0
+
+    def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        """For gc.callbacks (installed by the app's lifespan): time each collection."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started and info.get("generation") in self._gc_pauses:
+            self._gc_pauses[info["generation"]].observe(time.perf_counter() - self._gc_started)
+
     def observe_job(self, priority: int, waited: float, batch: int) -> None:
         """Called by the scheduler's worker thread when a job starts."""
         self.queue_wait.labels(PRIORITY_NAMES.get(priority, str(priority))).observe(waited)
@@ -145,6 +167,10 @@ class StateCollector(Collector):
             "asr_pending_audio_seconds": (
                 "Seconds of decoded audio held by uploads (MAX_PENDING_AUDIO_SECONDS budget).",
                 s["pending_audio_seconds"],
+            ),
+            "asr_gc_frozen_objects": (
+                "Objects the garbage collector no longer scans (frozen after start-up).",
+                gc.get_freeze_count(),
             ),
             "asr_pending_audio_limit_seconds": (
                 "MAX_PENDING_AUDIO_SECONDS.",
