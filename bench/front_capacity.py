@@ -5,7 +5,7 @@ in a third process (`stream_load.py`).
 
     .venv/bin/python bench/front_capacity.py [--streams 10,25,50,100,200] [--seconds 30]
         [--delay 0.12] [--protocol ws|realtime|pcmu] [--chunk-ms 100] [--fronts 1]
-        [--pin] [--soak SECONDS --streams N]
+        [--pin] [--call-s S] [--soak SECONDS --streams N]
 
 Per N, over a window after a warm-up:
 - the fronts' CPU seconds per stream-second (utime + stime from /proc), and what the load
@@ -21,8 +21,9 @@ N is past the goal when the final p95 (minus the delay, the VAD end silence of 5
 is over 0.6 s or `/health` over 100 ms. `--pin` puts the fronts on core 0 and the load
 generator and the stand-in on core 1: the N at failure is then per core.
 
-`--soak S` runs N streams for S seconds and samples each front's RSS every 30 s: the growth
-after the first 2 minutes, sessions dropped and the latencies over the whole run.
+`--soak S` runs N streams for S seconds and samples the fronts' RSS every 30 s: the growth
+after the first 2 minutes, sessions dropped and the latencies over the whole run. With
+`--call-s C` every stream reconnects each C seconds (calls come and go: a new session each).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def start_load(
 ) -> subprocess.Popen[str]:
     urls = ",".join(f.url for f in fronts)
     command = [sys.executable, str(LOAD), urls, str(streams), str(seconds), args.protocol]
-    load = subprocess.Popen([*command, str(args.chunk_ms)], stdout=subprocess.PIPE, text=True)
+    command += [str(args.chunk_ms), str(args.call_s)]
+    load = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     if args.pin:
         pin(load.pid, {1})
     return load
@@ -138,6 +140,8 @@ def measure(
     health = poller.stop()
     out, _ = load.communicate(timeout=seconds + 180)
     got = json.loads(out.strip().splitlines()[-1])
+    if got["errors"]:
+        print("  first errors:", got["errors"][:3])
     return {
         **summary(got, streams, seconds, args.delay),
         "cpu_per_stream_s": cpu / (elapsed * streams),
@@ -175,8 +179,9 @@ def soak(fronts: list[ServerProcess], streams: int, args: argparse.Namespace) ->
         f"soak: {streams} streams x {args.soak:.0f} s ({args.protocol}): "
         f"RSS {settled[0]:.1f} MB at 2 min -> {settled[-1]:.1f} MB at the end "
         f"(growth {settled[-1] - settled[0]:+.1f} MB, max {max(r for _, r in samples):.1f}); "
-        f"dropped {m['dropped']}, errors {m['errors']}; CPU {cpu / (elapsed * streams):.4f} "
-        f"s/stream-s; finals {m['finals']}, p50/p95 {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
+        f"calls {got['calls']}, dropped {m['dropped']}, errors {m['errors']}; "
+        f"CPU {cpu / (elapsed * streams):.4f} s/stream-s; finals {m['finals']}, "
+        f"p50/p95 {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
         f"(minus delay); partials {m['partials_per_stream_s']:.2f}/stream-s; /health p99/max "
         f"{pct(health, 99) * 1000:.0f}/{max(health) * 1000:.0f} ms; load lag p99 "
         f"{m['load_lag_p99_ms']:.0f} ms"
@@ -219,6 +224,7 @@ def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="fronts on core 0, load and stand-in on core 1"
     )
+    parser.add_argument("--call-s", type=float, default=0.0, help="reconnect every S seconds")
     parser.add_argument("--soak", type=float, default=0.0, help="one N for this many seconds")
     args = parser.parse_args()
     port = free_port()

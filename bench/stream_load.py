@@ -6,12 +6,13 @@ in a loop, over one of three protocols:
 - `realtime`: `/v1/realtime` (OpenAI Realtime transcription), 24 kHz PCM in base64;
 - `pcmu`: `/v1/realtime` with `audio/pcmu` (G.711 μ-law, 8 kHz), as telephony bridges send.
 
-    python bench/stream_load.py URL[,URL...] STREAMS SECONDS PROTOCOL CHUNK_MS
+    python bench/stream_load.py URL[,URL...] STREAMS SECONDS PROTOCOL CHUNK_MS [CALL_S]
 
-Stream i goes to URL i mod the number of URLs (several fronts behind a balancer). It prints
+Stream i goes to URL i mod the number of URLs (several fronts behind a balancer). With
+CALL_S, each stream is a line of calls of CALL_S seconds, each a new connection. It prints
 one JSON line: each final's latency after the end of its speech was sent, each partial's
-arrival time, how late each send was (the generator's own lag), and the streams that ended
-early (closed by the server, or an error event).
+arrival time, how late each send was (the generator's own lag), the calls completed, and the
+streams that ended early (closed by the server, or a broken connection).
 """
 
 from __future__ import annotations
@@ -117,12 +118,13 @@ class Protocol:
         return "final" if kind in FINAL_EVENTS else "partial" if kind in PARTIAL_EVENTS else "other"
 
 
-async def one_stream(
+async def one_call(
     url: str, proto: Protocol, seconds: float, index: int, out: dict[str, Any]
-) -> None:
+) -> bool:
+    """One connection for `seconds`: True when it lasted (the client ended it)."""
     chunk_s = proto.chunk / proto.rate
     spoken_end: list[float] = []  # wall times at which a speech end was sent
-    done = False
+    lasted = False
     try:
         async with connect(url + proto.path(), max_size=None, open_timeout=60) as ws:
             await proto.open(ws)
@@ -156,22 +158,38 @@ async def one_stream(
                 out["late"].append(max(0.0, time.perf_counter() - due))
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
             else:
-                done = True
+                lasted = True
             await asyncio.sleep(2.0)  # the last finals
             task.cancel()
     except Exception as exc:  # a refused or broken connection
         out["errors"].append(f"{type(exc).__name__}: {exc}"[:200])
-    if not done:
-        out["dropped"] += 1
+    return lasted
+
+
+async def one_stream(
+    url: str, proto: Protocol, seconds: float, call_s: float, index: int, out: dict[str, Any]
+) -> None:
+    """A line of calls for `seconds`: each call lasts `call_s` (0: one call), then the next
+    connects (a new session), as calls come and go in a call centre."""
+    ends = time.perf_counter() + seconds
+    while (left := ends - time.perf_counter()) > 1.0:
+        if not await one_call(url, proto, min(left, call_s or left), index, out):
+            out["dropped"] += 1
+            return
+        out["calls"] += 1
 
 
 async def generate(
-    urls: list[str], streams: int, seconds: float, proto: Protocol
+    urls: list[str], streams: int, seconds: float, proto: Protocol, call_s: float
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"finals": [], "partials": [], "late": [], "errors": [], "dropped": 0}
+    out: dict[str, Any] = {"finals": [], "partials": [], "late": [], "errors": []}
+    out.update(dropped=0, calls=0)
     ws_urls = [u.replace("http://", "ws://") for u in urls]
     await asyncio.gather(
-        *(one_stream(ws_urls[i % len(ws_urls)], proto, seconds, i, out) for i in range(streams))
+        *(
+            one_stream(ws_urls[i % len(ws_urls)], proto, seconds, call_s, i, out)
+            for i in range(streams)
+        )
     )
     return out
 
@@ -179,7 +197,8 @@ async def generate(
 def main() -> None:
     urls, streams, seconds = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
     proto = Protocol(sys.argv[4], int(sys.argv[5]) / 1000)
-    print(json.dumps(asyncio.run(generate(urls, streams, seconds, proto))))
+    call_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    print(json.dumps(asyncio.run(generate(urls, streams, seconds, proto, call_s))))
 
 
 if __name__ == "__main__":
