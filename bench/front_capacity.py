@@ -10,6 +10,7 @@ in a third process (`stream_load.py`).
 Per N, over a window after a warm-up:
 - the fronts' CPU seconds per stream-second (utime + stime from /proc), and what the load
   generator and the stand-in took beside them (cores);
+- the streaming VAD's share of the fronts' CPU and its frames per model call (/metrics);
 - partials per stream-second, and finals' latency after the end of speech (p50/p95) minus
   the backend's delay (the VAD's end silence is in it);
 - event-loop lag: `/health` answer times, polled every 0.2 s (p99 and max);
@@ -87,6 +88,18 @@ class HealthPoller:
         return self.times or [0.0]
 
 
+def vad_counters(fronts: list[ServerProcess]) -> tuple[float, float, float]:
+    """The fronts' streaming VAD so far, from /metrics: thread seconds, frames, batches."""
+    totals = [0.0, 0.0, 0.0]
+    names = ("asr_vad_seconds_total", "asr_vad_frames_total", "asr_vad_batches_total")
+    for front in fronts:
+        for line in httpx.get(front.url + "/metrics", timeout=10).text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in names:
+                totals[names.index(name)] += float(value)
+    return totals[0], totals[1], totals[2]
+
+
 def pin(pid: int, cores: set[int]) -> None:
     """Every thread of `pid` to `cores` (threads it starts later inherit the mask)."""
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -131,10 +144,12 @@ def measure(
     poller = HealthPoller(fronts)
     cpu0 = sum(cpu_seconds(p) for p in pids)
     side0 = {k: cpu_seconds(p) for k, p in others.items()}
+    vad0 = vad_counters(fronts)
     t0 = time.perf_counter()
     time.sleep(max(1.0, seconds - min(5.0, seconds / 4) - 1.0))
     elapsed = time.perf_counter() - t0
     cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    vad = [b - a for a, b in zip(vad0, vad_counters(fronts), strict=True)]
     side = {k: (cpu_seconds(p) - side0[k]) / elapsed for k, p in others.items()}
     rss = sum(rss_mb(p) for p in pids)
     health = poller.stop()
@@ -145,6 +160,8 @@ def measure(
     return {
         **summary(got, streams, seconds, args.delay),
         "cpu_per_stream_s": cpu / (elapsed * streams),
+        "vad_share": vad[0] / cpu if cpu else 0.0,
+        "frames_per_batch": vad[1] / vad[2] if vad[2] else 0.0,
         "front_cores": cpu / elapsed,
         "load_cores": side["load"],
         "standin_cores": side["standin"],
@@ -247,7 +264,8 @@ def main() -> None:
         if args.soak:
             soak(fronts, int(args.streams.split(",")[0]), args)
             return
-        print("streams | CPU s/stream-s | streams/core | cores: fronts/load/stand-in | "
+        print("streams | CPU s/stream-s | streams/core | VAD share, frames per call | "
+              "cores: fronts/load/stand-in | "
               "partials/stream-s | final p50/p95 (minus delay) | /health p99/max | "
               "RSS/stream | load lag p99 | dropped")  # fmt: skip
         for n in (int(v) for v in args.streams.split(",")):
@@ -255,6 +273,7 @@ def main() -> None:
             fails = m["final_p95"] > GOAL_FINAL_S or m["health_max_ms"] > 100
             print(
                 f"{n:7d} | {m['cpu_per_stream_s']:.4f} | {1 / m['cpu_per_stream_s']:.0f} | "
+                f"{m['vad_share']:.0%}, {m['frames_per_batch']:.1f} | "
                 f"{m['front_cores']:.2f}/{m['load_cores']:.2f}/{m['standin_cores']:.2f} | "
                 f"{m['partials_per_stream_s']:.2f} | {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
                 f"({m['finals']:.0f} finals) | {m['health_p99_ms']:.0f}/{m['health_max_ms']:.0f} "

@@ -107,3 +107,23 @@ def test_the_served_process_freezes_what_it_imported_at_start() -> None:
         assert value(scrape(front.url), "asr_gc_frozen_objects") > 10_000
     finally:
         front.stop()
+
+
+def test_engine_histograms_count_a_value_on_a_bound_in_that_bucket() -> None:
+    """Prometheus buckets are `le`: a value equal to a bound belongs to it; above the last
+    bound is +Inf only; the exposition's buckets are cumulative."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    from qwen3_asr_server.engines.status import Buckets
+    from qwen3_asr_server.metrics import _add
+
+    buckets = Buckets(bounds=(0.1, 1.0))
+    for v in (0.1, 0.5, 1.0, 7.0):
+        buckets.observe(v)
+    snap = buckets.snapshot()
+    assert snap.counts == (1, 2, 1) and snap.count == 4 and snap.total == 8.6
+    family = HistogramMetricFamily("x_seconds", "x", labels=[])
+    _add(family, [], snap)
+    got = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert got[("x_seconds_bucket", "0.1")] == 1 and got[("x_seconds_bucket", "1.0")] == 3
+    assert got[("x_seconds_bucket", "+Inf")] == 4 == got[("x_seconds_count", None)]

@@ -22,11 +22,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .engines.status import HistogramSnapshot
+from .engines.status import LATENCY_BOUNDS, HistogramSnapshot
 from .vad_batch import VADStats
 
 PRIORITY_NAMES = {0: "final", 1: "partial", 2: "batch"}
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LATENCY_BUCKETS = LATENCY_BOUNDS
 
 
 class Metrics:
@@ -277,10 +277,6 @@ def _vad_metrics(vad: VADStats) -> Iterator[Metric]:
     )
 
 
-def _histogram(name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
-    return HistogramMetricFamily(name, doc, labels=labels)
-
-
 def _add(family: HistogramMetricFamily, labels: list[str], snap: HistogramSnapshot) -> None:
     cumulative, running = [], 0
     for bound, count in zip((*snap.bounds, float("inf")), snap.counts, strict=True):
@@ -296,17 +292,17 @@ def _backend_histograms(
     backends), and each backend's answer time (its own queueing and inference)."""
     if slot_wait is None:
         return
-    wait = _histogram(
+    wait = HistogramMetricFamily(
         "asr_backend_slot_wait_seconds",
         "Time a job waited for a free backend slot (every usable backend full).",
-        [],
+        labels=[],
     )
     _add(wait, [], slot_wait)
-    answer = _histogram(
+    answer = HistogramMetricFamily(
         "asr_backend_latency_seconds",
         "Time from a job sent to a remote backend to its answer (the backend's queueing "
         "and inference).",
-        ["backend"],
+        labels=["backend"],
     )
     for url, snap in latency:
         _add(answer, [url], snap)

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+# seconds: the buckets of every latency histogram (/metrics)
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -32,21 +33,21 @@ class Buckets:
     slot waits), read at scrape time; free of any metrics library."""
 
     bounds: tuple[float, ...] = LATENCY_BOUNDS
-    _counts: list[int] = field(default_factory=list)
-    _total: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _counts: list[int] = field(init=False)
+    _total: float = field(init=False, default=0.0)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._counts = [0] * (len(self.bounds) + 1)  # the last: above every bound
 
     def observe(self, value: float) -> None:
         with self._lock:
-            if not self._counts:
-                self._counts = [0] * (len(self.bounds) + 1)
-            self._counts[bisect.bisect_left(self.bounds, value)] += 1
+            self._counts[bisect.bisect_left(self.bounds, value)] += 1  # le: value <= bound
             self._total += value
 
     def snapshot(self) -> HistogramSnapshot:
         with self._lock:
-            counts = tuple(self._counts) or (0,) * (len(self.bounds) + 1)
-            return HistogramSnapshot(self.bounds, counts, self._total)
+            return HistogramSnapshot(self.bounds, tuple(self._counts), self._total)
 
 
 @dataclass(frozen=True)
