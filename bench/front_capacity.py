@@ -180,23 +180,34 @@ def soak(fronts: list[ServerProcess], streams: int, args: argparse.Namespace) ->
     started = time.perf_counter()
     cpu0 = sum(cpu_seconds(p) for p in pids)
     samples: list[tuple[float, float]] = []
-    while load.poll() is None:
+    out = None
+    while out is None:  # (communicate reads the load's output meanwhile: a full pipe would stop it)
         samples.append((time.perf_counter() - started, sum(rss_mb(p) for p in pids)))
         print(f"  {samples[-1][0]:6.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            load.wait(30)
+            out, _ = load.communicate(timeout=30)
     cpu = sum(cpu_seconds(p) for p in pids) - cpu0
     elapsed = time.perf_counter() - started
     health = poller.stop()
-    out, _ = load.communicate()
     got = json.loads(out.strip().splitlines()[-1])
     m = summary(got, streams, args.soak, args.delay)
+    ended = time.perf_counter()  # every session's finals must come and the sessions close
+    while (left := sum(health_of(f)["streaming_sessions"] for f in fronts)) and (
+        time.perf_counter() - ended < 60
+    ):
+        time.sleep(0.5)
+    drained = (
+        f"all closed {time.perf_counter() - ended:.1f} s after the load"
+        if not left
+        else (f"{left} STILL OPEN 60 s after the load")
+    )
     settled = [rss for at, rss in samples if at >= 120] or [samples[-1][1]]
     print(
         f"soak: {streams} streams x {args.soak:.0f} s ({args.protocol}): "
         f"RSS {settled[0]:.1f} MB at 2 min -> {settled[-1]:.1f} MB at the end "
         f"(growth {settled[-1] - settled[0]:+.1f} MB, max {max(r for _, r in samples):.1f}); "
-        f"calls {got['calls']}, dropped {m['dropped']}, errors {m['errors']}; "
+        f"calls {got['calls']}, dropped {m['dropped']}, errors {m['errors']}; sessions "
+        f"{drained}; "
         f"CPU {cpu / (elapsed * streams):.4f} s/stream-s; finals {m['finals']}, "
         f"p50/p95 {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
         f"(minus delay); partials {m['partials_per_stream_s']:.2f}/stream-s; /health p99/max "
@@ -205,6 +216,10 @@ def soak(fronts: list[ServerProcess], streams: int, args: argparse.Namespace) ->
     )
     if got["errors"]:
         print("first errors:", got["errors"][:5])
+
+
+def health_of(front: ServerProcess) -> dict[str, Any]:
+    return dict(httpx.get(front.url + "/health", timeout=10).json())
 
 
 def start_fronts(count: int, backend_url: str) -> list[ServerProcess]:
@@ -223,7 +238,7 @@ def start_fronts(count: int, backend_url: str) -> list[ServerProcess]:
     for front in fronts:
         front.wait_healthy(60)
         deadline = time.monotonic() + 30
-        while httpx.get(front.url + "/health").json().get("backends_up") != 1:
+        while health_of(front).get("backends_up") != 1:
             if time.monotonic() > deadline:
                 raise SystemExit("the stand-in backend never came up")
             time.sleep(0.2)

@@ -5,6 +5,7 @@ survives a backend killed with SIGKILL and answers 503 naming the backends when 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import subprocess
 import sys
@@ -489,3 +490,27 @@ def test_a_job_whose_caller_left_is_cancelled_on_the_backend() -> None:
                 front_sse.stop()
         finally:
             front.stop()
+
+
+async def test_only_a_client_whose_request_was_answered_is_kept() -> None:
+    """A client whose request was cancelled or failed is closed, never handed to the next
+    job: httpcore 1.0.9 can keep a connection cancelled while opening in its pool for good
+    (encode/httpcore#1093), which held every later job on that client until the timeout
+    (found by the front-capacity soak: sessions stuck with their finals in flight)."""
+    from qwen3_asr_server.engines.remote import ClientShelf
+
+    shelf = ClientShelf(httpx.Timeout(5), {})
+    url = "http://127.0.0.1:1/v1"
+    first = shelf.take(url)
+    shelf.put_back(url, first, answered=True)
+    assert shelf.take(url) is first  # kept: its connection stays warm
+    shelf.put_back(url, first, answered=False)  # cancelled or failed
+    second = shelf.take(url)
+    assert second is not first
+    for _ in range(500):  # the close runs as a task on this loop
+        if first.is_closed:
+            break
+        await asyncio.sleep(0.01)
+    assert first.is_closed and not second.is_closed
+    await shelf.aclose()
+    assert second.is_closed

@@ -90,14 +90,20 @@ def encode_wav(samples: np.ndarray) -> bytes:
 class ClientShelf:
     """Idle httpx clients per backend URL, each with at most one (keep-alive) connection: a
     job takes one and puts it back. There are never more per backend than it has jobs in
-    flight (REMOTE_MAX_INFLIGHT, kept by the pool). Used on the HTTP loop only."""
+    flight (REMOTE_MAX_INFLIGHT, kept by the pool). Used on the HTTP loop only.
+
+    Only a client whose request was answered goes back on the shelf. One whose request was
+    cancelled or failed is closed: httpcore 1.0.9 can leave a connection cancelled while it
+    was being opened in its pool for good (encode/httpcore#1093), and with one connection
+    per client every later job on that client would wait for it until the timeout."""
 
     def __init__(self, timeout: httpx.Timeout, headers: dict[str, str]) -> None:
         self._timeout = timeout
         self._headers = headers
         self._tls = httpx.create_ssl_context()  # one for all (each client would load its own)
         self._idle: dict[str, list[httpx.AsyncClient]] = {}
-        self._all: list[httpx.AsyncClient] = []
+        self._all: set[httpx.AsyncClient] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def take(self, url: str) -> httpx.AsyncClient:
         idle = self._idle.setdefault(url, [])
@@ -109,16 +115,24 @@ class ClientShelf:
             headers=self._headers,
             verify=self._tls,
         )
-        self._all.append(client)
+        self._all.add(client)
         return client
 
-    def put_back(self, url: str, client: httpx.AsyncClient) -> None:
-        self._idle.setdefault(url, []).append(client)
+    def put_back(self, url: str, client: httpx.AsyncClient, answered: bool) -> None:
+        if answered and client in self._all:
+            self._idle.setdefault(url, []).append(client)
+            return
+        self._all.discard(client)
+        closing = asyncio.get_running_loop().create_task(client.aclose())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
-        clients, self._all, self._idle = self._all, [], {}
+        clients, self._all, self._idle = list(self._all), set(), {}
         for client in clients:
             await client.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class RemoteEngine:
@@ -218,7 +232,11 @@ class RemoteEngine:
         self._client = httpx.AsyncClient(
             timeout=self._timeout, limits=limits, headers=self._headers
         )
-        self._shelf = ClientShelf(self._timeout, self._headers)
+        # A job's own client has its connection free: waiting for it means something is
+        # wrong, so that wait is short (a timeout is a failed job, retried elsewhere).
+        t = self._timeout
+        timeout = httpx.Timeout(t.read, connect=t.connect, pool=self._probe_timeout)
+        self._shelf = ClientShelf(timeout, self._headers)
         on_model = None if self._model else self._found_model
         self._prober = Prober(self.pool, self._client, self._probe_timeout, on_model)
         await self._prober.start()
@@ -260,6 +278,7 @@ class RemoteEngine:
         shelf = self._shelf
         assert shelf is not None
         client = shelf.take(url)
+        answered = False
         try:
             r = await client.post(
                 f"{url}/audio/transcriptions",
@@ -267,12 +286,13 @@ class RemoteEngine:
                 data=form,
                 headers=headers,
             )
+            answered = True
         except httpx.TimeoutException as exc:
             raise BackendFailedError(f"timed out ({type(exc).__name__})", down=True) from exc
         except httpx.HTTPError as exc:
             raise BackendFailedError(f"{type(exc).__name__}: {exc}", down=True) from exc
-        finally:  # (a cancelled request closed its connection: the next job opens one)
-            shelf.put_back(url, client)
+        finally:
+            shelf.put_back(url, client, answered)
         if r.status_code in CLIENT_ERRORS:
             raise EngineInputError(f"The backend refused the request: {response_message(r)}")
         if r.status_code != 200:
