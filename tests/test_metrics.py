@@ -117,7 +117,7 @@ def test_engine_histograms_count_a_value_on_a_bound_in_that_bucket() -> None:
     from qwen3_asr_server.engines.status import Buckets
     from qwen3_asr_server.metrics import _add
 
-    buckets = Buckets(bounds=(0.1, 1.0))
+    buckets = Buckets(bounds=(0.1, 1))  # an int bound is spelt as prometheus_client does: 1.0
     for v in (0.1, 0.5, 1.0, 7.0):
         buckets.observe(v)
     snap = buckets.snapshot()

@@ -287,25 +287,26 @@ def test_metrics_show_streams_voice_detection_and_backend_times(cluster: dict[st
         assert got.wait_for(lambda c: c.finals(), 60)
     assert "quick" in got.finals()[0].lower()
     scrape: list[str] = []
+    jobs: list[int] = []
 
     def settled() -> bool:  # no job ended between the two reads of /health (a late partial)
         before = sum(answered(front))
         scrape[:] = [httpx.get(front.url + "/metrics").text]
+        jobs[:] = [before]
         return sum(answered(front)) == before
 
     wait_until(settled, 30)
-    text = scrape[0]
+    text, answered_jobs = scrape[0], jobs[0]
     vad = {
         name: samples_of(text, name)["_total{}"]
-        for name in ("asr_vad_frames", "asr_vad_seconds", "asr_vad_batches")
+        for name in ("asr_vad_frames", "asr_vad_seconds", "asr_vad_calls")
     }
     assert vad["asr_vad_frames"] >= len(samples) // 512 - 1, vad
-    assert vad["asr_vad_seconds"] > 0 and 1 <= vad["asr_vad_batches"] <= vad["asr_vad_frames"]
+    assert vad["asr_vad_seconds"] > 0 and 1 <= vad["asr_vad_calls"] <= vad["asr_vad_frames"]
     lag = samples_of(text, "asr_stream_lag_seconds")
     assert lag["_count{}"] >= sent and lag["_bucket{le=+Inf}"] == lag["_count{}"]
     assert samples_of(text, "asr_stream_max_lag_seconds")["{}"] >= 0
     assert "asr_stream_pending_final_seconds" in text and "asr_vad_wait_seconds" in text
-    answered_jobs = sum(answered(front))
     latency = samples_of(text, "asr_backend_latency_seconds")
     counts = [v for k, v in latency.items() if k.startswith("_count")]
     assert len(counts) == len(cluster["backends"]) and sum(counts) == answered_jobs > 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from qwen3_asr_server.vad import FRAME, SileroModel
+from qwen3_asr_server.vad import CONTEXT, FRAME, SileroModel
+from qwen3_asr_server.vad_batch import MAX_FRAMES
 from streaming_client import load
 
 
@@ -21,13 +23,26 @@ def messages(audio: np.ndarray, frames_per_message: int) -> list[np.ndarray]:
 
 
 def one_at_a_time(model: SileroModel, audio: np.ndarray) -> np.ndarray:
-    return model.stream().probs(audio)
+    """The reference, independent of vad.run_streams: one model call per frame, as Silero's
+    own wrapper does (64 samples of context in front of each 512-sample frame)."""
+    session = model.session()
+    state = np.zeros((2, 1, 128), dtype=np.float32)
+    context = np.zeros((1, CONTEXT), dtype=np.float32)
+    out = []
+    for i in range(len(audio) // FRAME):
+        x = np.concatenate([context, audio[i * FRAME : (i + 1) * FRAME].reshape(1, FRAME)], 1)
+        prob, state = session.run(
+            None, {"input": x, "state": state, "sr": np.array(16000, dtype=np.int64)}
+        )
+        context = x[:, -CONTEXT:]
+        out.append(float(prob.reshape(-1)[0]))
+    return np.array(out, dtype=np.float32)
 
 
 def test_batched_probabilities_equal_one_stream_at_a_time() -> None:
     """Eight streams, each a different offset of real speech and a different message size,
     fed concurrently: each stream's probabilities are exactly what its own calls give, and
-    the batcher needed far fewer model calls than there were messages."""
+    the batcher needed far fewer model calls than there were frames."""
     model = SileroModel()
     speech = load("three_sentences.wav")[: 16000 * 6]
     clips = [np.roll(speech, i * 7919) for i in range(8)]
@@ -50,8 +65,7 @@ def test_batched_probabilities_equal_one_stream_at_a_time() -> None:
             np.testing.assert_allclose(probs, expected, atol=1e-5)
         every = np.concatenate(got)
         assert every.max() > 0.9 and every.min() < 0.1  # real speech and its pauses
-        total_messages = sum(len(messages(c, s)) for c, s in zip(clips, sizes, strict=True))
-        assert stats.batches < total_messages / 2  # requests waiting for a run went together
+        assert stats.calls < stats.frames / 2  # streams waiting for a run shared its calls
         assert stats.frames == sum(len(p) for p in got)
         assert stats.seconds > 0 and stats.waiting == 0
     finally:
@@ -119,3 +133,53 @@ def test_a_cancelled_caller_does_not_stop_the_others() -> None:
         np.testing.assert_allclose(asyncio.run(run()), one_at_a_time(model, audio), atol=1e-5)
     finally:
         model.close()
+
+
+def test_a_long_message_goes_in_pieces_and_lets_other_streams_through() -> None:
+    """A message of 10 s (313 frames, say a minute of G.711 in one WebSocket frame) runs in
+    pieces of MAX_FRAMES frames, one per batch: a short request from another stream is
+    answered before the long one ends, and the long one's numbers are unchanged."""
+    model = SileroModel()
+    speech = load("three_sentences.wav")
+    long, short = speech[: 16000 * 10], speech[16000 * 10 : 16000 * 10 + 3 * FRAME]
+    order: list[str] = []
+
+    async def run() -> np.ndarray:
+        async def tagged(name: str, stream: Any, audio: np.ndarray) -> np.ndarray:
+            result = await model.batcher.probs(stream, audio)
+            order.append(name)
+            return result
+
+        a, b = model.stream(), model.stream()
+        first = asyncio.ensure_future(tagged("long", a, long))
+        await asyncio.sleep(0)  # the long message is in the first batch
+        second = asyncio.ensure_future(tagged("short", b, short))
+        got, _ = await asyncio.gather(first, second)
+        return got
+
+    try:
+        got = asyncio.run(run())
+        assert len(long) // FRAME > 3 * MAX_FRAMES
+        np.testing.assert_allclose(got, one_at_a_time(model, long), atol=1e-5)
+        assert order == ["short", "long"]
+    finally:
+        model.close()
+
+
+def test_callers_waiting_when_the_vad_stops_get_an_error_not_a_hang() -> None:
+    """Shutdown: the VAD's threads stop with requests queued; each caller gets an error
+    (VADStopped, or the executor's "cannot schedule new futures after shutdown") instead of
+    waiting for ever or a CancelledError it never asked for."""
+    model = SileroModel()
+    audio = np.zeros(3 * FRAME, dtype=np.float32)
+
+    async def run() -> list[BaseException | np.ndarray]:
+        streams = [model.stream() for _ in range(4)]
+        calls = [asyncio.ensure_future(model.batcher.probs(s, audio)) for s in streams]
+        await asyncio.sleep(0)  # the drain task takes the batch
+        model.close()  # (cancel_futures: what the app's shutdown does)
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    results = asyncio.run(run())
+    for r in results:  # a batch already running may finish; none hangs or is cancelled
+        assert isinstance(r, (np.ndarray, RuntimeError)), repr(r)  # VADStopped is one

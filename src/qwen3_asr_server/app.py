@@ -140,11 +140,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield
         finally:
-            await sessions.close_all()  # open utterances get their finals first
-            await asyncio.to_thread(scheduler.stop)
-            await manager.stop()
-            vad.close()
-            gc.callbacks.remove(metrics.gc_callback)
+            try:
+                await sessions.close_all()  # open utterances get their finals first
+                await asyncio.to_thread(scheduler.stop)
+                await manager.stop()
+                vad.close()
+            finally:  # the callback must not outlive the app, whatever failed above
+                gc.callbacks.remove(metrics.gc_callback)
 
     app = FastAPI(title="qwen3-asr-server", version=__version__, lifespan=lifespan)
     install_error_handlers(app)

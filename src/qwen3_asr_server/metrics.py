@@ -8,6 +8,7 @@ never drives it, and never imports torch.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from .engines.status import LATENCY_BOUNDS, HistogramSnapshot
 from .vad_batch import VADStats
@@ -87,31 +89,19 @@ class Metrics:
 
         self.stream_lag = Histogram(
             "asr_stream_lag_seconds",
-            "Streaming: each audio message from its arrival to the end of its voice detection "
-            "and turn handling (how far behind real time sessions run).",
+            "Streaming: each audio message's processing, from the session taking it (waiting "
+            "for room included) to the end of its voice detection and turn handling. Messages "
+            "the session has not taken yet wait in the socket and are not counted.",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
 
-        self.gc_pause = Histogram(
-            "asr_gc_pause_seconds",
-            "Python garbage collections by generation: how long each stopped the process "
-            "(the event loop included).",
-            ["generation"],
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
-            registry=r,
-        )
-        # Resolved now: labels() takes the metric's lock, and a collection can start while
-        # this thread holds it (a scrape): the callback must take no lock a scrape holds.
-        self._gc_pauses = {g: self.gc_pause.labels(str(g)) for g in range(3)}
-        self._gc_started = 0.0
+        self.gc_pauses = GCPauses()
+        r.register(self.gc_pauses)
 
     def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
         """For gc.callbacks (installed by the app's lifespan): time each collection."""
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        elif self._gc_started and info.get("generation") in self._gc_pauses:
-            self._gc_pauses[info["generation"]].observe(time.perf_counter() - self._gc_started)
+        self.gc_pauses.callback(phase, info)
 
     def observe_job(self, priority: int, waited: float, batch: int) -> None:
         """Called by the scheduler's worker thread when a job starts."""
@@ -262,10 +252,10 @@ def _vad_metrics(vad: VADStats) -> Iterator[Metric]:
     counters = {
         "asr_vad_seconds": ("Thread seconds spent in streaming voice detection.", vad.seconds),
         "asr_vad_frames": ("32 ms frames through streaming voice detection.", vad.frames),
-        "asr_vad_batches": (
-            "Model calls' batches of streaming voice detection (frames / batches: how many "
-            "streams share one).",
-            vad.batches,
+        "asr_vad_calls": (
+            "Silero model calls of streaming voice detection (frames / calls: how many "
+            "streams share one call).",
+            vad.calls,
         ),
     }
     for name, (doc, value) in counters.items():
@@ -281,7 +271,7 @@ def _add(family: HistogramMetricFamily, labels: list[str], snap: HistogramSnapsh
     cumulative, running = [], 0
     for bound, count in zip((*snap.bounds, float("inf")), snap.counts, strict=True):
         running += count
-        cumulative.append((str(bound) if bound != float("inf") else "+Inf", float(running)))
+        cumulative.append((floatToGoString(bound), float(running)))
     family.add_metric(labels, cumulative, sum_value=snap.total)
 
 
@@ -307,3 +297,42 @@ def _backend_histograms(
     for url, snap in latency:
         _add(answer, [url], snap)
     yield from (wait, answer)
+
+
+class GCPauses(Collector):
+    """How long each garbage collection stopped the process, per generation. The callback
+    takes no lock: a collection can start while this thread holds any lock (a scrape's), and
+    only one collection runs at a time, so plain counters are safe; a scrape may read one
+    collection late."""
+
+    BOUNDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
+
+    def __init__(self) -> None:
+        self._counts = [[0] * (len(self.BOUNDS) + 1) for _ in range(3)]
+        self._sums = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info.get("generation")
+        if self._started and generation in (0, 1, 2):
+            pause = time.perf_counter() - self._started
+            self._counts[generation][bisect.bisect_left(self.BOUNDS, pause)] += 1
+            self._sums[generation] += pause
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "asr_gc_pause_seconds",
+            "Python garbage collections by generation: how long each stopped the process "
+            "(the event loop included).",
+            labels=["generation"],
+        )
+        for g in range(3):
+            snap = HistogramSnapshot(self.BOUNDS, tuple(self._counts[g]), self._sums[g])
+            _add(family, [str(g)], snap)
+        yield family

@@ -50,5 +50,6 @@ def serve(settings: Settings) -> None:
     # not scan it again. Without this, gen2 collections paused the event loop 90-160 ms
     # with 100 streams on a core, 20-60 ms with it (LEARNING_LOG.md). Models load later and
     # are never frozen, so an idle unload still frees them.
+    gc.collect()  # (start-up garbage is freed, not frozen)
     gc.freeze()
     Server(config).run()

@@ -10,7 +10,9 @@ stream runs at once, and the busier the front, the bigger (and cheaper) the batc
 The frames of one stream must run in order (the model is recurrent), so a stream with two
 requests waiting (it should not happen: a session feeds one message at a time) has the
 second deferred to the next batch. A request whose caller was cancelled still runs: its
-stream's state then matches the audio it has seen, as with one call per frame.
+stream's state then matches the audio it has seen, as with one call per frame. A long
+message (a client may send ~2 minutes of G.711 in one) goes in pieces of MAX_FRAMES, one per
+batch, so the other streams never wait for all of it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .vad import SileroModel, VADStream, run_streams
+from .vad import FRAME, SileroModel, VADStream, run_streams
+
+MAX_FRAMES = 32  # frames of one request per batch (~1 s): a long message goes in pieces
 
 
 @dataclass
@@ -39,9 +43,13 @@ class VADStats:
 
     seconds: float = 0.0  # thread time inside the batched runs
     frames: int = 0
-    batches: int = 0
+    calls: int = 0  # model calls (frames / calls: streams per call)
     waiting: int = 0  # requests waiting for the next batch now
     oldest_wait: float = 0.0  # seconds the oldest waiting or running request has waited
+
+
+class VADStopped(RuntimeError):
+    """The VAD was shut down (the app is stopping) with this request unanswered."""
 
 
 class VADBatcher:
@@ -55,10 +63,19 @@ class VADBatcher:
         self._lock = threading.Lock()  # the stats are read by /metrics, written on a thread
         self._seconds = 0.0
         self._frames = 0
-        self._batches = 0
+        self._calls = 0
 
     async def probs(self, stream: VADStream, frames: np.ndarray) -> np.ndarray:
-        """Speech probability of each whole frame of `frames`, in `stream`'s state."""
+        """Speech probability of each whole frame of `frames`, in `stream`'s state. A long
+        message goes in pieces of MAX_FRAMES, one per batch, so that it never holds up the
+        other streams' frames for more than a piece."""
+        if len(frames) <= MAX_FRAMES * FRAME:
+            return await self._one(stream, frames)
+        pieces = range(0, len(frames) - len(frames) % FRAME, MAX_FRAMES * FRAME)
+        parts = [await self._one(stream, frames[i : i + MAX_FRAMES * FRAME]) for i in pieces]
+        return np.concatenate(parts)
+
+    async def _one(self, stream: VADStream, frames: np.ndarray) -> np.ndarray:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[np.ndarray] = loop.create_future()
         self._waiting.append(_Request(stream, frames, future, time.monotonic()))
@@ -68,37 +85,38 @@ class VADBatcher:
 
     def stats(self) -> VADStats:
         with self._lock:
-            seconds, frames, batches = self._seconds, self._frames, self._batches
+            seconds, frames, calls = self._seconds, self._frames, self._calls
         pending = self._waiting + self._running  # (a copy: no iteration over a live list)
         oldest = min((r.arrived for r in pending), default=None)
         wait = 0.0 if oldest is None else time.monotonic() - oldest
-        return VADStats(seconds, frames, batches, len(self._waiting), wait)
+        return VADStats(seconds, frames, calls, len(self._waiting), wait)
 
     async def _drain(self) -> None:
-        while self._waiting:
-            batch: list[_Request] = []
-            later: list[_Request] = []
-            seen: set[int] = set()
-            for request in self._waiting:
-                (later if id(request.stream) in seen else batch).append(request)
-                seen.add(id(request.stream))
-            self._waiting, self._running = later, batch
-            try:
-                results = await self._model.run(self._run, batch)
-            except asyncio.CancelledError:  # the app is shutting down
-                for request in batch + self._waiting:
-                    request.future.cancel()
-                self._waiting, self._running = [], []
-                raise
-            except Exception as exc:  # the model failed to load: every caller hears it
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-            else:
-                for request, result in zip(batch, results, strict=True):
-                    if not request.future.done():
-                        request.future.set_result(result)
-            self._running = []
+        try:
+            while self._waiting:
+                batch: list[_Request] = []
+                later: list[_Request] = []
+                seen: set[int] = set()
+                for request in self._waiting:
+                    (later if id(request.stream) in seen else batch).append(request)
+                    seen.add(id(request.stream))
+                self._waiting, self._running = later, batch
+                try:
+                    results = await self._model.run(self._run, batch)
+                except Exception as exc:  # the model failed to load: every caller hears it
+                    for request in batch:
+                        if not request.future.done():
+                            request.future.set_exception(exc)
+                else:
+                    for request, result in zip(batch, results, strict=True):
+                        if not request.future.done():
+                            request.future.set_result(result)
+                self._running = []
+        finally:  # shut down (the VAD's threads stopped) or a bug: no caller waits for ever
+            for request in self._running + self._waiting:
+                if not request.future.done():
+                    request.future.set_exception(VADStopped("voice detection stopped"))
+            self._waiting, self._running = [], []
 
     def _run(self, batch: list[_Request]) -> list[np.ndarray]:
         """On a VAD thread: every request's frames, one model call per frame step."""
@@ -108,5 +126,5 @@ class VADBatcher:
         with self._lock:
             self._seconds += time.thread_time() - started
             self._frames += sum(len(p) for p in out)
-            self._batches += 1
+            self._calls += max((len(p) for p in out), default=0)
         return out

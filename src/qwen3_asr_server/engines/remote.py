@@ -104,6 +104,7 @@ class ClientShelf:
         self._idle: dict[str, list[httpx.AsyncClient]] = {}
         self._all: set[httpx.AsyncClient] = set()
         self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def take(self, url: str) -> httpx.AsyncClient:
         idle = self._idle.setdefault(url, [])
@@ -119,7 +120,7 @@ class ClientShelf:
         return client
 
     def put_back(self, url: str, client: httpx.AsyncClient, answered: bool) -> None:
-        if answered and client in self._all:
+        if answered and client in self._all and not self._closed:
             self._idle.setdefault(url, []).append(client)
             return
         self._all.discard(client)
@@ -128,11 +129,12 @@ class ClientShelf:
         closing.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
+        """Close every client, and wait for the closes begun by jobs that end meanwhile."""
+        self._closed = True
         clients, self._all, self._idle = list(self._all), set(), {}
-        for client in clients:
-            await client.aclose()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
 
 
 class RemoteEngine:
@@ -287,6 +289,8 @@ class RemoteEngine:
                 headers=headers,
             )
             answered = True
+        except httpx.PoolTimeout as exc:  # this job's own client: not the backend's fault
+            raise BackendFailedError(f"no connection ({type(exc).__name__})", down=False) from exc
         except httpx.TimeoutException as exc:
             raise BackendFailedError(f"timed out ({type(exc).__name__})", down=True) from exc
         except httpx.HTTPError as exc:

@@ -141,7 +141,6 @@ class BackendPool:
                         chosen = min(free, key=lambda b: (b.inflight / b.max_inflight, b.picked))
                         chosen.inflight += 1
                         chosen.picked = next(self._picks)
-                        self.slot_wait.observe(time.monotonic() - started)
                         return chosen
                     if should_stop():
                         raise JobCancelledError()
@@ -149,7 +148,8 @@ class BackendPool:
                         waited = True
                         self.waiting += 1
                     self._lock.wait(POLL)
-            finally:
+            finally:  # (every wait counts: those that ended cancelled or unserved too)
+                self.slot_wait.observe(time.monotonic() - started)
                 if waited:
                     self.waiting -= 1
 
