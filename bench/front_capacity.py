@@ -96,9 +96,9 @@ class HealthPoller:
 
 
 def vad_counters(fronts: list[ServerProcess]) -> tuple[float, float, float]:
-    """The fronts' streaming VAD so far, from /metrics: thread seconds, frames, batches."""
+    """The fronts' streaming VAD so far, from /metrics: thread seconds, frames, model calls."""
     totals = [0.0, 0.0, 0.0]
-    names = ("asr_vad_seconds_total", "asr_vad_frames_total", "asr_vad_batches_total")
+    names = ("asr_vad_seconds_total", "asr_vad_frames_total", "asr_vad_calls_total")
     for front in fronts:
         for line in httpx.get(front.url + "/metrics", timeout=10).text.splitlines():
             name, _, value = line.partition(" ")
@@ -168,7 +168,7 @@ def measure(
         **summary(got, streams, seconds, args.delay),
         "cpu_per_stream_s": cpu / (elapsed * streams),
         "vad_share": vad[0] / cpu if cpu else 0.0,
-        "frames_per_batch": vad[1] / vad[2] if vad[2] else 0.0,
+        "frames_per_call": vad[1] / vad[2] if vad[2] else 0.0,
         "front_cores": cpu / elapsed,
         "load_cores": side["load"],
         "standin_cores": side["standin"],
@@ -295,7 +295,7 @@ def main() -> None:
             fails = m["final_p95"] > GOAL_FINAL_S or m["health_max_ms"] > 100
             print(
                 f"{n:7d} | {m['cpu_per_stream_s']:.4f} | {1 / m['cpu_per_stream_s']:.0f} | "
-                f"{m['vad_share']:.0%}, {m['frames_per_batch']:.1f} | "
+                f"{m['vad_share']:.0%}, {m['frames_per_call']:.1f} | "
                 f"{m['front_cores']:.2f}/{m['load_cores']:.2f}/{m['standin_cores']:.2f} | "
                 f"{m['partials_per_stream_s']:.2f} | {m['final_p50']:.2f}/{m['final_p95']:.2f} s "
                 f"({m['finals']:.0f} finals) | {m['health_p99_ms']:.0f}/{m['health_max_ms']:.0f} "
