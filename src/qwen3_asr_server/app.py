@@ -39,7 +39,8 @@ from .api.ui import install_ui
 from .budget import AudioBudget
 from .config import Settings
 from .engines import Engine, create_engine
-from .engines.diarize import with_diarizer
+from .engines.diarize_process import DiarizerSpec
+from .engines.diarizing import with_diarizer
 from .lifecycle import ModelManager
 from .logging import setup_logging
 from .metrics import Metrics
@@ -63,7 +64,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # the model to serve (the default may fall back, loudly) and what to fetch first
     plan = plan_model(settings) if engine is None else ModelPlan(settings)
     # the served engine, with a speaker diarizer that loads on first use and unloads with it
-    chosen = with_diarizer(engine or create_engine(plan.settings))
+    chosen = with_diarizer(
+        engine or create_engine(plan.settings),
+        DiarizerSpec(
+            settings.diarize_features, settings.cpu_threads, (settings.log_level, settings.log_json)
+        ),
+        timeout=settings.request_timeout,
+    )
     metrics = Metrics()
 
     @asynccontextmanager

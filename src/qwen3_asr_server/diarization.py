@@ -14,15 +14,23 @@ import base64
 import binascii
 import io
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from .audio import Audio, decode_audio
-from .engines.base import ModelLoadError
-from .engines.diarize import Diarization, DiarizingEngine, diarizing
-from .errors import BadRequestError, NotConfiguredError, ServiceError, TooLargeError
+from .engines.base import EngineCrashedError, ModelLoadError
+from .engines.diarize import Diarization
+from .engines.diarizing import DiarizingEngine, diarizing
+from .errors import (
+    BadRequestError,
+    NotConfiguredError,
+    ServiceError,
+    TooLargeError,
+    UnavailableError,
+)
 from .long_form import SegmentResult, merge
 from .service import Options, Transcriber
 from .speakers import by_speaker, speaker_names
@@ -104,6 +112,18 @@ def reference_audio(index: int, url: str) -> np.ndarray:
     return audio.samples
 
 
+@contextmanager
+def diarizer_errors() -> Iterator[None]:
+    """The diarizer's failures as API errors: it cannot load (501), or its process died
+    (503: the next request gets a fresh one)."""
+    try:
+        yield
+    except ModelLoadError as exc:
+        raise NotConfiguredError(str(exc)) from exc
+    except EngineCrashedError as exc:
+        raise UnavailableError(str(exc), code="diarizer_exited", retry_after=1) from exc
+
+
 class SpeakerTranscriber:
     """Transcriptions with speakers, for the upload routes."""
 
@@ -126,18 +146,14 @@ class SpeakerTranscriber:
             )
 
     async def _diarize(self, samples: np.ndarray) -> Diarization:
-        try:
+        with diarizer_errors():
             return await asyncio.to_thread(self._engine().diarize, samples)
-        except ModelLoadError as exc:
-            raise NotConfiguredError(str(exc)) from exc
 
     async def _voices(self, known: list[KnownSpeaker]) -> list[tuple[str, np.ndarray]]:
         voices = []
         for i, speaker in enumerate(known):
-            try:
+            with diarizer_errors():
                 voice = await asyncio.to_thread(self._engine().voice, speaker.audio)
-            except ModelLoadError as exc:
-                raise NotConfiguredError(str(exc)) from exc
             if voice is None:
                 raise BadRequestError(
                     f"known_speaker_references[{i}] holds no speech.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -38,6 +39,13 @@ def _worker_info(status: EngineStatus) -> dict[str, Any]:
         return {}
     worker = status.worker
     return {"worker": {"pid": worker.pid, "state": worker.state, "restarts": worker.restarts}}
+
+
+def _diarizer_info(status: EngineStatus) -> dict[str, Any]:
+    """The speaker diarizer's child process: pid, state, restarts, filterbank path."""
+    if status.diarizer is None:
+        return {}
+    return {"diarizer": dataclasses.asdict(status.diarizer)}
 
 
 def _fast_info(status: EngineStatus, loaded: bool) -> dict[str, Any]:
@@ -84,6 +92,7 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         **_worker_info(status),
         **_fast_info(status, ctx.manager.loaded),
         **_backend_info(status),
+        **_diarizer_info(status),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

