@@ -1,6 +1,7 @@
 """Speaker diarization (issue 32): speed, memory, accuracy and the extra latency it adds.
 
     .venv/bin/python bench/diarize.py [--minutes 1,10,60] [--threads 1,2]
+        [--features auto|portable|native] [--native-lib PATH]
 
 - seconds of diarization per audio minute, with 1 and 2 torch threads;
 - peak RSS of a process that diarizes 1, 10 and 60 minutes (each in its own process);
@@ -11,6 +12,10 @@ gaps, one overlap). Repeats say nothing about accuracy (each turn's nearest neig
 own copies), so `--long-accuracy` synthesises a long meeting of varied turns instead (three
 espeak-ng voices, the fixtures' sentences in a random order, varied speed and gaps; needs
 espeak-ng) and scores it: senko clusters spectrally under 20 minutes, with UMAP+HDBSCAN above.
+
+`--features` picks the filterbank path (DIARIZE_FEATURES). `--native-lib` makes the native
+path load another build of senko's library (e.g. its C++ source built for AVX2, to compare
+the two paths on a CPU without AVX-512, where senko's own build dies with SIGILL).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from common import ROOT
 
@@ -34,16 +40,26 @@ from proc import ServerProcess
 CLIP = ROOT / "tests" / "data" / "speech" / "meeting.wav"
 
 
-def child(minutes: float, threads: int) -> None:
-    """One measurement in this process: prints JSON {seconds, rss_mb, speakers}."""
+def make_diarizer(features: str, threads: int = 0, native_lib: str = "") -> Any:
+    """A loaded SenkoDiarizer on the chosen filterbank path."""
     from qwen3_asr_server.engines.diarize import SenkoDiarizer
 
+    if native_lib:
+        from senko import config
+
+        config.get_fbank_lib_path = lambda: native_lib
+    diarizer = SenkoDiarizer(threads=threads, features=features)
+    diarizer.load()
+    return diarizer
+
+
+def child(minutes: float, threads: int, features: str, native_lib: str) -> None:
+    """One measurement in this process: prints JSON {seconds, rss_mb, speakers}."""
     clip, _ = sf.read(CLIP, dtype="float32")
     audio = np.tile(clip, int(np.ceil(minutes * 60 / (len(clip) / 16000))))[
         : int(minutes * 60 * 16000)
     ]
-    diarizer = SenkoDiarizer(threads=threads)
-    diarizer.load()
+    diarizer = make_diarizer(features, threads, native_lib)
     started = time.perf_counter()
     result = diarizer.diarize(audio)
     seconds = time.perf_counter() - started
@@ -54,9 +70,9 @@ def child(minutes: float, threads: int) -> None:
     print(json.dumps({"seconds": seconds, "rss_mb": rss, "speakers": len(result.centroids)}))
 
 
-def measure(minutes: float, threads: int) -> dict[str, float]:
+def measure(minutes: float, threads: int, features: str, lib: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(minutes), str(threads)],
+        [sys.executable, __file__, "--child", str(minutes), str(threads), features, lib],
         capture_output=True,
         text=True,
         check=True,
@@ -64,13 +80,11 @@ def measure(minutes: float, threads: int) -> dict[str, float]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def accuracy() -> None:
-    from qwen3_asr_server.engines.diarize import SenkoDiarizer
-
+def accuracy(features: str, native_lib: str) -> None:
     audio, _ = sf.read(CLIP, dtype="float32")
     truth = json.loads(CLIP.with_suffix(".json").read_text())
-    diarizer = SenkoDiarizer()
-    diarizer.load()
+    diarizer = make_diarizer(features, native_lib=native_lib)
+    print(f"filterbank: {diarizer.features}" + (f" ({native_lib})" if native_lib else ""))
     result = diarizer.diarize(audio)
     hyp = [(str(t.speaker), t.start, t.end) for t in result.turns]
     ref = [(t["speaker"], t["start"], t["end"]) for t in truth]
@@ -102,12 +116,9 @@ def long_meeting(minutes: float) -> tuple[np.ndarray, list[tuple[str, float, flo
     return np.concatenate(parts).astype(np.float32), truth
 
 
-def long_accuracy(minutes: float) -> None:
-    from qwen3_asr_server.engines.diarize import SenkoDiarizer
-
+def long_accuracy(minutes: float, features: str, native_lib: str) -> None:
     audio, truth = long_meeting(minutes)
-    diarizer = SenkoDiarizer()
-    diarizer.load()
+    diarizer = make_diarizer(features, native_lib=native_lib)
     started = time.perf_counter()
     result = diarizer.diarize(audio)
     seconds = time.perf_counter() - started
@@ -120,8 +131,9 @@ def long_accuracy(minutes: float) -> None:
     )
 
 
-def latency() -> None:
-    server = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING"})
+def latency(features: str) -> None:
+    env = {"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING", "DIARIZE_FEATURES": features}
+    server = ServerProcess(env)
     try:
         server.wait_healthy()
         url = server.url + "/v1/audio/transcriptions"
@@ -144,28 +156,30 @@ def latency() -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
-        child(float(sys.argv[2]), int(sys.argv[3]))
+        child(float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", default="1,10,60")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--long-accuracy", default="", help="minutes, e.g. 10,30 (espeak-ng)")
+    parser.add_argument("--features", default="auto", choices=("auto", "portable", "native"))
+    parser.add_argument("--native-lib", default="", help="another build of senko's library")
     args = parser.parse_args()
-    accuracy()
+    accuracy(args.features, args.native_lib)
     for minutes in (float(m) for m in args.long_accuracy.split(",") if m):
-        long_accuracy(minutes)
+        long_accuracy(minutes, args.features, args.native_lib)
     for minutes in (float(m) for m in args.minutes.split(",")):
         for threads in (int(t) for t in args.threads.split(",")):
             if minutes > 10 and threads != 2:
                 continue  # the long run once, for memory
-            m = measure(minutes, threads)
+            m = measure(minutes, threads, args.features, args.native_lib)
             print(
                 f"{minutes:g} min, {threads} thread(s): {m['seconds'] / minutes:.2f} s per audio "
                 f"minute, peak RSS {m['rss_mb']:.0f} MB, {m['speakers']:.0f} speakers"
             )
     if not args.skip_latency:
-        latency()
+        latency(args.features)
 
 
 if __name__ == "__main__":

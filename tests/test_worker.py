@@ -258,10 +258,12 @@ def test_speakers_are_found_beside_the_worker_and_leave_with_it() -> None:
         assert "llvmlite" not in Path(f"/proc/{worker['pid']}/maps").read_text()
         front = Path(f"/proc/{proc.proc.pid}/maps").read_text()
         assert "llvmlite" not in front and not proc.torch_loaded()
-        deadline = time.monotonic() + 30
-        while health(proc)["model_loaded"] and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        # "unloaded", not just not "loaded": the unload stops the diarizer, then the worker
+        while health(proc)["model_state"] != "unloaded" and time.monotonic() < deadline:
             time.sleep(0.2)
         after = health(proc)
+        assert after["model_state"] == "unloaded", after
         assert after["worker"]["pid"] is None and wait_gone(worker["pid"])
         assert after["diarizer"]["pid"] is None and wait_gone(diarizer["pid"])
         assert proc.rss_mb() < 100
