@@ -113,3 +113,8 @@ def test_windows_are_cut_as_senko_cuts_them() -> None:
     assert window_bounds(6.0, 7.0, 100_000) == (96000, 4000)  # runs past the end: clipped
     assert window_bounds(2.0, 2.0, 100_000) == (32000, 1)  # empty: one sample, then padded
     assert window_bounds(1.0, 2.0, 100_000, offset=16000) == (0, 16000)
+
+
+def test_no_windows_give_no_features() -> None:
+    flat, frames, offsets, dim = extract(np.zeros(16000, np.float32), [])
+    assert (flat.size, frames.size, offsets.size, dim) == (0, 0, 0, 80)
