@@ -46,9 +46,9 @@ async def test_other_rates_are_resampled_and_a_rate_change_takes_effect() -> Non
         await ingest.feed(sink, pcm16(tone(24000, 0.1)))  # type: ignore[arg-type]
     assert abs(sink.samples_in - before - 16000) < 1600
     ingest.set_rate(16000)
-    before = sink.samples_in
     await ingest.feed(sink, pcm16(tone(16000, 0.1)))  # type: ignore[arg-type]
-    assert sink.samples_in - before == 1600
+    # the 24 kHz resampler's tail came before it: nothing of either rate was lost
+    assert sink.samples_in == 16000 + 16000 + 1600
 
 
 async def test_audio_past_the_session_limit_is_refused_whole() -> None:
@@ -86,3 +86,54 @@ async def test_g711_is_decoded_then_resampled_like_8_khz_pcm() -> None:
     sink = Sink()
     assert await ingest.feed(sink, g711.encode(audio, "mulaw"))  # type: ignore[arg-type]
     assert ingest.encoding == "mulaw" and sum(map(len, sink.fed)) > 0
+
+
+async def test_odd_sized_messages_keep_every_sample_aligned() -> None:
+    """A message may end in the middle of a sample: its byte waits for the next message
+    (issue 41: it was dropped, and every later sample was misaligned)."""
+    audio = tone(16000, 1.0)
+    data = pcm16(audio)
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=10)
+    for i in range(0, len(data), 3201):
+        assert await ingest.feed(sink, data[i : i + 3201])  # type: ignore[arg-type]
+    assert np.array_equal(np.concatenate(sink.fed), PcmIngest(16000, 10).decode(data))
+    assert sink.samples_in == len(audio)
+
+
+async def test_drain_passes_on_what_the_resampler_held() -> None:
+    """1.0 s at 8 kHz in 100 ms messages is exactly 1.0 s at 16 kHz once drained (issue 41:
+    ~66 ms stayed in the resampler, moved into the next item or was lost at the end)."""
+    sink = Sink()
+    ingest = PcmIngest(8000, max_seconds=10)
+    for _ in range(10):
+        await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
+    assert sink.samples_in < 16000  # held back: what the drain is for
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    assert sink.samples_in == 16000
+    for _ in range(10):  # the resampler starts afresh: the next second is exact too
+        await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    assert sink.samples_in == 32000
+
+
+async def test_a_drain_keeps_half_a_sample_for_the_next_message() -> None:
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=10)
+    data = pcm16(tone(16000, 0.01))  # 160 samples
+    await ingest.feed(sink, data[:101])  # type: ignore[arg-type]
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    await ingest.feed(sink, data[101:])  # type: ignore[arg-type]
+    assert sink.samples_in == 160
+
+
+async def test_clear_drops_what_was_held() -> None:
+    sink = Sink()
+    ingest = PcmIngest(8000, max_seconds=10)
+    await ingest.feed(sink, pcm16(tone(8000, 0.1))[:-1])  # type: ignore[arg-type]
+    ingest.clear()
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    fed = sink.samples_in
+    await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    assert sink.samples_in - fed == 1600  # no stale half sample shifted the new audio

@@ -126,6 +126,36 @@ def test_manual_commit_and_clear(server: LiveServer) -> None:
     assert any(e.type == "input_audio_buffer.committed" for e in events)
 
 
+def test_each_commit_counts_exactly_the_audio_appended_before_it(server: LiveServer) -> None:
+    """At 8 kHz the resampler holds a few ms between appends: a commit passes them on, so
+    each item's usage is its own audio (issue 41: 0.934 / 1.038 / 0.934 s for 1.0 s each)."""
+    audio8k = soxr.resample(load("three_sentences.wav"), 16000, 8000).astype(np.float32)
+    with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "session.created"
+        conn.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "transcription",
+                    "audio": {
+                        "input": {
+                            "format": {"type": "audio/pcm", "rate": 8000},
+                            "turn_detection": None,
+                        }
+                    },
+                },
+            }
+        )
+        assert conn.recv().type == "session.updated"
+        for n in range(3):
+            piece = audio8k[n * 8000 : (n + 1) * 8000]
+            conn.input_audio_buffer.append(audio=base64.b64encode(pcm16(piece)).decode())
+            conn.input_audio_buffer.commit()
+        events = collect(conn, lambda ev: len(completed(ev)) == 3)
+    seconds = [final.usage.seconds for final in completed(events)]
+    assert len(seconds) == 3 and all(abs(s - 1.0) < 0.005 for s in seconds), seconds
+
+
 def test_errors_use_openai_shape(server: LiveServer) -> None:
     with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
         assert conn.recv().type == "session.created"

@@ -113,14 +113,57 @@ def test_flush_with_nothing_buffered_still_answers(server: LiveServer) -> None:
         assert c.wait_for(lambda c: c.finals() == [""], timeout=10)
 
 
-def test_reset_finalizes_and_acknowledges(server: LiveServer) -> None:
+def answers(c: Collector) -> list[str]:
+    """Finals and buffer_reset acknowledgements, in the order they came."""
+    return [
+        "reset" if m.get("status") == "buffer_reset" else f"final:{m['text']}"
+        for _, m in c.messages
+        if m.get("status") == "buffer_reset" or m.get("is_final")
+    ]
+
+
+def test_reset_finalizes_and_acknowledges_after_the_final(server: LiveServer) -> None:
+    """The buffered audio gets its final first, then buffer_reset (issue 41: buffer_reset was
+    sent at once and overtook the final)."""
     with open_ws(server.url, use_server_vad="false") as ws:
         c = Collector(ws)
         stream(ws, load("sentence_09.wav"), speed=8.0)
         ws.send(json.dumps({"action": "reset"}))
-        assert c.wait_for(lambda c: any(m.get("status") == "buffer_reset" for _, m in c.messages))
-        assert c.wait_for(lambda c: c.finals(), timeout=20)  # the buffered audio is not lost
-    assert normalize(c.finals()[0]).startswith("the children")
+        assert c.wait_for(lambda c: "reset" in answers(c), timeout=20), c.messages
+    got = answers(c)
+    assert len(got) == 2 and got[1] == "reset", got
+    assert normalize(got[0].removeprefix("final:")).startswith("the children")
+
+
+def test_reset_with_nothing_buffered_is_answered_by_a_final(server: LiveServer) -> None:
+    """Every flush and reset is answered by one final (docs/REALTIME.md), a reset right
+    after connecting too (issue 41: it got only buffer_reset)."""
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        ws.send(json.dumps({"action": "reset"}))
+        ws.send(json.dumps({"action": "reset"}))
+        assert c.wait_for(lambda c: answers(c).count("reset") == 2, timeout=10), c.messages
+    assert answers(c) == ["final:", "reset", "final:", "reset"]
+
+
+def test_odd_sized_messages_give_the_same_final(server: LiveServer) -> None:
+    """A byte stream may be cut anywhere: messages of 3201 bytes transcribe as 3200 do
+    (issue 41: each odd byte was dropped and every later sample misaligned), at 16 and at
+    8 kHz."""
+    for rate in (16000, 8000):
+        audio = soxr.resample(load("sentence_02.wav"), 16000, rate).astype(np.float32)
+        data = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+        finals = []
+        for size in (3200, 3201):
+            with open_ws(server.url, sample_rate=str(rate), use_server_vad="false") as ws:
+                c = Collector(ws)
+                for i in range(0, len(data), size):
+                    ws.send(data[i : i + size])
+                ws.send(json.dumps({"action": "flush"}))
+                assert c.wait_for(lambda c: c.finals(), timeout=30)
+            finals.append(" ".join(c.finals()))
+        assert finals[0] == finals[1], (rate, finals)
+        assert normalize(finals[1]).startswith("please call me"), finals
 
 
 def configured(c: Collector, count: int) -> dict[str, Any]:
@@ -308,15 +351,21 @@ def test_every_flush_gets_one_final() -> None:
     """A final answers its own flush and every flush sent while it was pending (the first
     carries the text, the others are empty); a failed one is followed by an empty final for
     each flush it answered, so a client waiting for its flush's final never hangs."""
-    from qwen3_asr_server.api.ws_transcribe import answer_texts, answered
+    from qwen3_asr_server.api.ws_transcribe import answer_messages, answered
     from qwen3_asr_server.streaming.events import Final
 
     def final(text: str, reason: str, answers: list[str]) -> Final:
         return Final(1, text, reason, tuple(answers), 1.0)
 
-    assert answer_texts(final("hi", "silence", [])) == ["hi"]
-    assert answer_texts(final("", "silence", [])) == []  # a VAD false alarm
-    assert answer_texts(final("", "silence", ["flush"])) == [""]
-    assert answer_texts(final("hi", "flush", ["flush"])) == ["hi", ""]
-    assert answer_texts(final("", "flush", [])) == [""]
-    assert answered(final("", "silence", ["flush", "flush"])) == 2
+    def texts(event: Final) -> list[str | None]:
+        return [m.get("text") if "text" in m else m["status"] for m in answer_messages(event)]
+
+    assert texts(final("hi", "silence", [])) == ["hi"]
+    assert texts(final("", "silence", [])) == []  # a VAD false alarm
+    assert texts(final("", "silence", ["flush"])) == [""]
+    assert texts(final("hi", "flush", ["flush"])) == ["hi", ""]
+    assert texts(final("", "flush", [])) == [""]
+    # a reset's final is followed by its acknowledgement, in the order the actions came
+    assert texts(final("hi", "reset", ["flush"])) == ["hi", "buffer_reset", ""]
+    assert texts(final("", "silence", ["flush", "reset"])) == ["", "", "buffer_reset"]
+    assert answered(final("", "silence", ["flush", "flush"])) == ["flush", "flush"]

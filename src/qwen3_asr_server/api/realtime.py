@@ -99,7 +99,7 @@ async def realtime(websocket: WebSocket) -> None:
         return None if keep else "limit"
 
     idle = error_event("No events; closing the session.", "idle_timeout")
-    await serve_session(ctx, websocket, session, outbox, on_message, idle)
+    await serve_session(ctx, websocket, session, outbox, on_message, idle, state.audio)
 
 
 async def handle_event(
@@ -120,11 +120,13 @@ async def handle_event(
         if isinstance(event, AppendEvent):
             return await append(session, state, outbox, event)
         if isinstance(event, CommitEvent):
+            await state.audio.drain(session)  # what the resampler held is this item's
             if await session.flush("commit") is None:
                 raise MessageError(
                     "input_audio_buffer_commit_empty", "The input audio buffer is empty."
                 )
         elif isinstance(event, ClearEvent):
+            state.audio.clear()
             session.clear()
             await outbox.put({"type": "input_audio_buffer.cleared", "event_id": event_id()})
         elif isinstance(event, SessionUpdateEvent):

@@ -16,6 +16,7 @@ from ..engines.base import TranscribeRequest
 from ..errors import AuthError
 from ..streaming.agreement import Draft
 from ..streaming.events import Emit
+from ..streaming.ingest import PcmIngest
 from ..streaming.registry import SessionLimitError
 from ..streaming.session import AudioSource, Heard, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
@@ -198,10 +199,12 @@ async def serve_session(
     outbox: Outbox,
     handle: Handler,
     idle_error: dict[str, Any],
+    ingest: PcmIngest,
 ) -> None:
     """The receive loop both endpoints share. `handle` gets each message and returns a
     reason to end the session, or None. However the loop ends (disconnect, idle, limit, slow
-    client, a broken socket), the session is closed, so its buffered audio is transcribed."""
+    client, a broken socket), the session is closed, so its buffered audio is transcribed
+    (what the ingest's resampler held included)."""
     reason = "disconnect"
     try:
         while not outbox.dead:
@@ -226,6 +229,8 @@ async def serve_session(
         # The session counts toward WS_MAX_SESSIONS until its last final is delivered or
         # dropped: audio it received is still transcribed even if the client is gone.
         try:
+            with contextlib.suppress(Exception):
+                await ingest.drain(session)
             await session.close(reason)
             await outbox.close()
             with contextlib.suppress(Exception):

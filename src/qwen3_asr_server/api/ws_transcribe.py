@@ -84,16 +84,30 @@ def error(code: str, message: str, status: int) -> dict[str, Any]:
     return {"code": code, "message": message, "statusCode": status}
 
 
-def answered(event: Final | FinalFailed) -> int:
-    """How many flush/reset actions a final (or its failure) answers."""
-    return len(event.answers) + (event.reason in ANSWERS)
+FINAL_MARK = {"is_partial": False, "is_final": True}
+BUFFER_RESET = {"status": "buffer_reset"}
 
 
-def answer_texts(event: Final) -> list[str]:
-    """The finals to send for a final event: its text, then an empty final for each further
-    flush it answers (a flush sent while it was pending)."""
-    count = max(answered(event), 1 if event.text else 0)
-    return [event.text, *[""] * (count - 1)] if count else []
+def answered(event: Final | FinalFailed) -> list[str]:
+    """The flush/reset actions a final (or its failure) answers, in the order they came:
+    the one that committed it, then those sent while it was pending."""
+    return ([event.reason] if event.reason in ANSWERS else []) + list(event.answers)
+
+
+def answer_messages(event: Final | FinalFailed) -> list[dict[str, Any]]:
+    """One final per action answered (the first carries the text, the others are empty;
+    an error first for a failed one), each reset's followed by buffer_reset. A final with
+    text that answers nothing is still sent; an empty one that answers nothing is not."""
+    actions: list[str | None] = list(answered(event))
+    text = event.text if isinstance(event, Final) else ""
+    if not actions and text:
+        actions = [None]
+    messages: list[dict[str, Any]] = []
+    for i, action in enumerate(actions):
+        messages.append({"text": text if i == 0 else "", **FINAL_MARK})
+        if action == "reset":
+            messages.append(BUFFER_RESET)
+    return messages
 
 
 def final_error(event: FinalFailed) -> dict[str, Any]:
@@ -109,9 +123,6 @@ def final_error(event: FinalFailed) -> dict[str, Any]:
     return body
 
 
-FINAL_MARK = {"is_partial": False, "is_final": True}
-
-
 def to_seed(event: StreamEvent) -> list[tuple[dict[str, Any], bool]]:
     """Stream event -> the seed's messages, each with whether it may be dropped for a slow
     reader (partials only). Turn events have no message in this protocol."""
@@ -120,13 +131,11 @@ def to_seed(event: StreamEvent) -> list[tuple[dict[str, Any], bool]]:
             message = {"text": event.text, "is_partial": True, "is_final": False}
             return [({**message, "stable_text": event.stable_text}, True)]
         case Final():
-            # one final per flush/reset it answers (the first carries the text); a final with
-            # text answers nothing but is sent; an empty one that answers nothing is not
-            return [({"text": text, **FINAL_MARK}, False) for text in answer_texts(event)]
+            return [(message, False) for message in answer_messages(event)]
         case FinalFailed():
-            # then an empty final for each flush it answers: a client waits for its final
-            empty = [({"text": "", **FINAL_MARK}, False) for _ in range(answered(event))]
-            return [(final_error(event), False), *empty]
+            # then an empty final for each action it answers: a client waits for its final
+            answers = answer_messages(event)
+            return [(final_error(event), False), *((m, False) for m in answers)]
     return []
 
 
@@ -209,15 +218,20 @@ async def ws_transcribe(websocket: WebSocket) -> None:
                 await outbox.put(error("SESSION_TOO_LONG", msg, 413))
                 return "limit"
         elif text is not None:
-            await handle_action(ctx, session, outbox, echo, text)
+            await handle_action(ctx, session, ingest, outbox, echo, text)
         return None
 
     idle = error("IDLE_TIMEOUT", "No audio or message; closing.", 408)
-    await serve_session(ctx, websocket, session, outbox, on_message, idle)
+    await serve_session(ctx, websocket, session, outbox, on_message, idle, ingest)
 
 
 async def handle_action(
-    ctx: AppContext, session: StreamSession, outbox: Outbox, echo: Echo, text: str
+    ctx: AppContext,
+    session: StreamSession,
+    ingest: PcmIngest,
+    outbox: Outbox,
+    echo: Echo,
+    text: str,
 ) -> None:
     """One text action. A bad one gets a seed error (statusCode 400); the session goes on."""
     try:
@@ -226,15 +240,17 @@ async def handle_action(
         code = SEED_CODES.get(exc.code, "INVALID_VALUE")
         await outbox.put(error(code, exc.message, 400))
         return
-    if isinstance(action, FlushAction):
-        # The answer comes after every final still pending, in order: the flush's own final,
-        # else the pending one (sent even if empty), else, with nothing at all buffered, an
-        # empty final at once.
-        if await session.flush() is None and not session.answer_pending("flush"):
-            await outbox.put({"text": "", "is_partial": False, "is_final": True})
-    elif isinstance(action, ResetAction):
-        await session.reset()
-        await outbox.put({"status": "buffer_reset"})
+    if isinstance(action, FlushAction | ResetAction):
+        # The answer comes after every final still pending, in order: the action's own
+        # final, else the pending one (sent even if empty), else, with nothing at all
+        # buffered, an empty final at once. A reset's final is followed by buffer_reset.
+        await ingest.drain(session)
+        name = "flush" if isinstance(action, FlushAction) else "reset"
+        item = await (session.flush() if name == "flush" else session.reset())
+        if item is None and not session.answer_pending(name):
+            await outbox.put({"text": "", **FINAL_MARK})
+            if name == "reset":
+                await outbox.put(BUFFER_RESET)
     else:
         changes: dict[str, Any] = {}
         sent = {

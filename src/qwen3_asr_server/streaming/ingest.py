@@ -1,12 +1,18 @@
 """Audio ingest for both WebSocket protocols: s16le PCM, or G.711 μ-law / A-law bytes (8 kHz
 telephony audio), at the client's rate -> 16 kHz float32 -> the session, within the
 session's audio limit (WS_MAX_SESSION_S). G.711 is decoded with a table (`g711.py`), then
-resampled like any 8 kHz PCM."""
+resampled like any 8 kHz PCM.
+
+A byte stream may be cut anywhere: an s16le message of odd length keeps its last byte for
+the next one, so every later sample stays aligned. The resampler holds a few ms of audio
+between messages; `drain` (flush, commit, reset, close) passes them on, so they are part of
+the item they were sent in, and a change of rate passes on the old rate's tail first."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 import soxr
 
 from .. import g711
@@ -16,6 +22,7 @@ from .session import StreamSession
 
 Encoding = Literal["pcm_s16le", "mulaw", "alaw"]
 G711_RATE = 8000
+EMPTY = np.zeros(0, dtype=np.float32)
 
 
 class PcmIngest:
@@ -23,31 +30,66 @@ class PcmIngest:
         self.rate = 0  # set below
         self.encoding: Encoding = encoding
         self._resampler: Any = None
+        self._odd = b""  # the first byte of a sample whose second byte has not come yet
+        self._tail = EMPTY  # 16 kHz audio a previous rate's resampler still held
         self.max_samples = int(max_seconds * SAMPLE_RATE)
         self.set_rate(rate)
 
     def set_rate(self, rate: int, encoding: Encoding | None = None) -> None:
         """The client's sample rate (and encoding); a change of rate starts a new
-        resampler."""
-        if encoding is not None:
+        resampler, after taking what the old one held."""
+        if encoding is not None and encoding != self.encoding:
             self.encoding = encoding
+            self._odd = b""  # half a sample of the old encoding means nothing in the new
         if rate != self.rate:
+            self._tail = np.concatenate([self._tail, self._held()])
             self.rate = rate
-            self._resampler = (
-                None
-                if rate == SAMPLE_RATE
-                else soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
-            )
+            self._resampler = None if rate == SAMPLE_RATE else self._new_resampler()
+
+    def _new_resampler(self) -> Any:
+        return soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32")
+
+    def _held(self) -> np.ndarray:
+        """What the resampler still holds, as 16 kHz audio; it starts afresh."""
+        if self._resampler is None:
+            return EMPTY
+        held: np.ndarray = self._resampler.resample_chunk(EMPTY, last=True)
+        self._resampler = self._new_resampler()
+        return held
+
+    def decode(self, data: bytes) -> np.ndarray:
+        """Bytes -> float32 at the client's rate; an odd s16le byte waits for the next."""
+        if self.encoding != "pcm_s16le":
+            return g711.decode(data, self.encoding)
+        data = self._odd + data
+        cut = len(data) - len(data) % 2
+        self._odd = data[cut:]
+        return pcm16_to_float(data[:cut])
 
     async def feed(self, session: StreamSession, data: bytes) -> bool:
         """Decode, resample and feed `data`. False, and nothing fed, when it would take the
         session past its audio limit."""
-        if self.encoding == "pcm_s16le":
-            samples = pcm16_to_float(data)
-        else:
-            samples = g711.decode(data, self.encoding)
+        samples = self.decode(data)
         if self._resampler is not None:
             samples = self._resampler.resample_chunk(samples)
+        if len(self._tail):
+            samples, self._tail = np.concatenate([self._tail, samples]), EMPTY
+        return await self._give(session, samples)
+
+    async def drain(self, session: StreamSession) -> None:
+        """Pass on what the resampler holds (before a flush, commit, reset or close). A
+        half sample still waiting for its second byte stays: it belongs to the next one."""
+        samples, self._tail = np.concatenate([self._tail, self._held()]), EMPTY
+        if len(samples):
+            await self._give(session, samples)
+
+    def clear(self) -> None:
+        """Drop what is held (the client discarded its buffer)."""
+        self._tail, self._odd = EMPTY, b""
+        if self._resampler is not None:
+            self._resampler = self._new_resampler()
+
+    async def _give(self, session: StreamSession, samples: np.ndarray) -> bool:
         if session.samples_in + len(samples) > self.max_samples:
             return False
         await session.feed(samples)
