@@ -59,6 +59,20 @@ def test_short_cues_are_stretched_to_the_minimum_without_overlap() -> None:
     assert cues[-1].end - cues[-1].start >= 1.0
 
 
+def test_no_cue_is_stretched_past_the_end_of_the_audio() -> None:
+    """issue 41: a short last cue was stretched to the minimum duration past the end (a
+    0.6 s clip's cue ended at 0.833)."""
+    rules = CueRules(min_seconds=0.833)
+    cues = build_cues([Segment(0, 0.6, "", words=[Word("Hi.", 0.1, 0.4)])], rules, 0.6)
+    assert (cues[0].start, cues[0].end) == (0.1, 0.6)
+    words = [Word("One.", 0.0, 0.3), Word("Two.", 13.2, 13.4)]
+    cues = build_cues([Segment(0, 13.456, "", words=words)], rules, 13.456)
+    assert cues[0].end - cues[0].start >= 0.833 and cues[-1].end == 13.456
+    # words that end past the stated length keep their own end (never shortened)
+    cues = build_cues([Segment(0, 1, "", words=[Word("Late", 0.5, 1.2)])], rules, 1.0)
+    assert cues[0].end == 1.2
+
+
 def test_cjk_is_split_per_character_and_measured_in_display_width() -> None:
     text = "今天天气很好我们去公园散步吧然后去吃饭晚上看电影"
     rules = CueRules(max_line_chars=10)  # 5 wide characters per line

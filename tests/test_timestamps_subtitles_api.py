@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
+import soundfile as sf
 import srt
 import webvtt
 
@@ -133,6 +135,28 @@ def test_whisper_subtitles(whisper: LiveServer, mode: str) -> None:
     text = " ".join(c.content.replace("\n", " ") for c in cues)
     assert wer([speech.transcripts()["long_2min.wav"]], [text]) < 0.22
     assert [c.index for c in cues] == list(range(1, len(cues) + 1))
+
+
+def test_subtitle_cues_end_within_the_audio(whisper: LiveServer) -> None:
+    """issue 41: a short last cue ran past the end of the audio (SUBTITLE_MIN_DURATION)."""
+    clip, _ = sf.read(speech.path("sentence_02.wav"), dtype="float32")
+    start = np.flatnonzero(np.abs(clip) > 0.01)[0]
+    short = clip[start : start + 9600]  # 0.6 s: "Please", a cue shorter than the minimum
+    out = io.BytesIO()
+    sf.write(out, short, 16000, format="WAV")
+    duration = len(short) / 16000
+    for data in ({}, {"mode": "accurate"}):
+        response = httpx.post(
+            whisper.url + "/v1/audio/subtitles",
+            files={"file": ("short.wav", out.getvalue())},
+            data=data,
+            timeout=120,
+        )
+        cues = list(srt.parse(response.text))
+        assert cues and all(c.end.total_seconds() <= duration + 0.001 for c in cues), (
+            duration,
+            response.text,
+        )
 
 
 def test_subtitles_vtt(whisper: LiveServer) -> None:

@@ -71,7 +71,10 @@ def wrap(words: list[str], width: int, max_lines: int) -> list[str] | None:
     return best
 
 
-def build_cues(segments: list[Segment], rules: CueRules) -> list[Cue]:
+def build_cues(
+    segments: list[Segment], rules: CueRules, duration: float | None = None
+) -> list[Cue]:
+    """Cues of the segments' words; none ends past `duration` (the audio's length)."""
     ensure_words(segments)
     words = [(w, s.speaker) for s in segments for w in s.words if w.word.strip()]
     groups: list[tuple[list[Word], str | None]] = []
@@ -90,7 +93,7 @@ def build_cues(segments: list[Segment], rules: CueRules) -> list[Cue]:
         texts = [w.word for w in group]
         lines = wrap(texts, rules.max_line_chars, rules.max_lines) or [join_words(texts)]
         cues.append(Cue(group[0].start, max(group[-1].end, group[0].start), lines, who))
-    return _fix_timing(cues, rules)
+    return _fix_timing(cues, rules, duration)
 
 
 def _must_break(current: list[Word], word: Word, rules: CueRules) -> bool:
@@ -106,15 +109,17 @@ def _must_break(current: list[Word], word: Word, rules: CueRules) -> bool:
     return wrap(words, rules.max_line_chars, rules.max_lines) is None
 
 
-def _fix_timing(cues: list[Cue], rules: CueRules) -> list[Cue]:
+def _fix_timing(cues: list[Cue], rules: CueRules, duration: float | None) -> list[Cue]:
     """Stretch short cues toward the minimum, keep `min_gap` free before the next cue,
-    never overlap."""
+    never overlap, never stretch past the end of the audio."""
     for i, cue in enumerate(cues):
         if i > 0:
             cue.start = max(cue.start, cues[i - 1].end)
         limit = cue.start + rules.max_seconds
         if i + 1 < len(cues):
             limit = min(limit, max(cues[i + 1].start - rules.min_gap, cue.start + 0.001))
+        if duration is not None:  # a stretch stops at the end; the words' own end stays
+            limit = min(limit, max(duration, cue.end))
         want = max(cue.end, cue.start + rules.min_seconds)
         cue.end = max(min(want, limit), cue.start + 0.001)
     return cues

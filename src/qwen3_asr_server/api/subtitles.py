@@ -51,7 +51,8 @@ async def create_subtitles(
     else:
         work = ctx.transcriber.transcribe(audio, options)
     result = await unless_client_leaves(request, work)
-    cues = build_cues(result.segments, cue_rules(ctx.settings, form.max_line_chars))
+    rules = cue_rules(ctx.settings, form.max_line_chars)
+    cues = build_cues(result.segments, rules, result.duration)
     segments = cue_segments(cues)
     return subtitle_response(segments, form.response_format, "subtitles")
 

@@ -55,7 +55,7 @@ async def create_translation(
     response_format = form.response_format
     if response_format in ("srt", "vtt"):
         rules = cue_rules(ctx.settings, form.max_line_chars)
-        cues = build_cues(result.segments, rules)
+        cues = build_cues(result.segments, rules, result.duration)
         lines = [" ".join(c.lines) for c in cues]
         texts = await unless_client_leaves(request, ctx.translator.lines(lines, target))
         for cue, text in zip(cues, texts, strict=True):
