@@ -44,3 +44,28 @@ def av_bytes(container: str, codec: str, seconds: float = 1.0, rate: int = 48000
         for packet in stream.encode(None):
             out.mux(packet)
     return buf.getvalue()
+
+
+def quiet_start_speech(seconds: float = 9.3, silence: float = 3.0) -> np.ndarray:
+    """Real speech after `silence` seconds of silence, 16 kHz, `seconds` long in all."""
+    from pathlib import Path
+
+    clip, _ = sf.read(Path(__file__).parent / "data" / "speech" / "three_sentences.wav")
+    audio = np.concatenate([np.zeros(int(silence * 16000)), clip, clip, clip])
+    return audio[: int(seconds * 16000)].astype(np.float32)
+
+
+def encode_av(samples: np.ndarray, container: str, codec: str, **muxer: str) -> bytes:
+    """16 kHz float audio in one FFmpeg frame -> bytes (`muxer`: the container's options,
+    e.g. write_xing="0" for an MP3 without a length header)."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=container, options=muxer) as out:
+        stream = out.add_stream(codec, rate=16000)
+        stream.layout = "mono"
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="flt", layout="mono")
+        frame.rate = 16000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buf.getvalue()

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from audio_files import av_bytes, wav_bytes
+from audio_files import av_bytes, encode_av, quiet_start_speech, wav_bytes
 from contract import check_error, check_transcription
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
@@ -195,6 +195,9 @@ def test_upload_too_large_is_413(qwen_settings: SettingsFactory) -> None:
         with pytest.raises(openai.APIStatusError) as info:
             transcribe(client, b"\x00" * 1_200_000)
         assert_openai_error(info.value, 413, "file")
+        # the limit named is MAX_UPLOAD_MB's, not the body's (issue 41: "the 1.05 MB limit")
+        message = info.value.response.json()["error"]["message"]
+        assert "the 0.05 MB limit (MAX_UPLOAD_MB)" in message, message
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted while streaming
             yield b"--x\r\nContent-Disposition: form-data; name=file; filename=a.wav\r\n\r\n"
@@ -216,6 +219,19 @@ def test_audio_too_long_is_413(qwen_settings: SettingsFactory) -> None:
             transcribe(client_for(srv), wav_bytes(2.0))
         assert_openai_error(info.value, 413, "file")
         assert not srv.ctx.manager.loaded  # rejected before the model was needed
+
+
+def test_audio_whose_header_only_guesses_its_length_is_not_refused(
+    qwen_settings: SettingsFactory,
+) -> None:
+    """issue 41: a 9.3 s raw AAC file after 3 s of silence got 413 "Audio is 283 s long"
+    with MAX_AUDIO_SECONDS=10 (FFmpeg's guess from the first frames' bitrate)."""
+    data = encode_av(quiet_start_speech(9.3), "adts", "aac")
+    with live_server(create_app(qwen_settings(max_audio_seconds=10.0))) as srv:
+        result = client_for(srv).audio.transcriptions.create(
+            model="x", file=("call.aac", data), response_format="verbose_json"
+        )
+    assert result.duration == pytest.approx(9.3, abs=0.15)
 
 
 def test_api_key(qwen_settings: SettingsFactory) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audio_files import av_bytes, encode, tone, wav_bytes
+from audio_files import av_bytes, encode, encode_av, quiet_start_speech, tone, wav_bytes
 from qwen3_asr_server.api.error_table import http_status, openai_body
-from qwen3_asr_server.audio import decode_audio, pcm16_to_float
+from qwen3_asr_server.audio import decode_audio, pcm16_to_float, probe_seconds
 from qwen3_asr_server.errors import BadRequestError, InvalidAudioError, TooLargeError
 from qwen3_asr_server.pcm import SAMPLE_RATE
 
@@ -113,3 +113,32 @@ def test_an_mp3_whose_xing_header_understates_it_is_decoded_whole() -> None:
     assert sf.info(io.BytesIO(bytes(data))).frames < SAMPLE_RATE  # the header lies
     decoded = decode_audio(io.BytesIO(bytes(data)), filename="a.mp3", content_type="audio/mpeg")
     assert decoded.duration == pytest.approx(20.0, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("container", "codec", "muxer"),
+    [("adts", "aac", {}), ("mp3", "libmp3lame", {"write_xing": "0"})],
+)
+def test_a_guessed_duration_is_not_taken_for_the_length(
+    container: str, codec: str, muxer: dict[str, str]
+) -> None:
+    """Raw AAC and MP3 without a length header state no duration: FFmpeg guesses one from
+    the first frames' bitrate, 30x too long after a quiet start (issue 41: a 9.3 s file was
+    refused as 283 s). Only the decoding bounds their length."""
+    import io
+
+    data = encode_av(quiet_start_speech(9.3), container, codec, **muxer)
+    assert probe_seconds(io.BytesIO(data)) is None
+    decoded = decode_audio(io.BytesIO(data), max_seconds=10.0)  # a file object: PyAV reads
+    assert decoded.duration == pytest.approx(9.3, abs=0.15)
+    with pytest.raises(TooLargeError) as info:
+        decode_audio(io.BytesIO(data), max_seconds=5.0)
+    # it names the limit, not how far decoding got as if that were the length
+    assert "longer than the limit of 5 s" in info.value.message, info.value.message
+
+
+def test_an_mp3_with_a_length_header_states_its_length() -> None:
+    import io
+
+    data = encode_av(quiet_start_speech(9.3), "mp3", "libmp3lame")
+    assert probe_seconds(io.BytesIO(data)) == pytest.approx(9.3, abs=0.05)

@@ -159,7 +159,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_error_handlers(app)
     install_openapi(app)
     # The last added runs first: request id, CORS, metrics, API key, body limit, routes.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_upload_bytes + MULTIPART_SLACK)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_upload_bytes + MULTIPART_SLACK,
+        limit_mb=settings.max_upload_mb,
+    )
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)  # before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if settings.cors_origins:  # before the key check: a preflight carries no key

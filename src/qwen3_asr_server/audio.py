@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -93,15 +93,48 @@ def decode_audio(
     return audio
 
 
+MP3_LENGTH_TAGS = (b"Xing", b"Info", b"VBRI")
+
+
+def mp3_states_length(source: Source) -> bool:
+    """Whether an MP3 says its length: a Xing, Info or VBRI header in its first frame.
+    Without one, libsndfile and FFmpeg guess it from the first frames' bitrate, and a quiet
+    start makes that guess several times too long."""
+    kept = None if isinstance(source, bytes) else source.tell()  # PyAV may be reading it
+    try:
+        head = _rewound(source).read(16384)
+        start = 0
+        if head[:3] == b"ID3" and len(head) >= 10:  # an ID3v2 tag first: its size, synchsafe
+            start = 10 + sum((b & 0x7F) << (7 * (3 - i)) for i, b in enumerate(head[6:10]))
+            head = _rewound(source).read(start + 4096)
+    finally:
+        if kept is not None and not isinstance(source, bytes):
+            source.seek(kept)
+    return any(tag in head[start : start + 4096] for tag in MP3_LENGTH_TAGS)
+
+
+def stated_seconds(container: Any, source: Source) -> float | None:
+    """The duration a PyAV container states, None where FFmpeg only guessed it from the
+    bitrate: raw AAC (ADTS has no length field) and MP3 without a length header."""
+    name = container.format.name
+    if name == "aac" or (name == "mp3" and not mp3_states_length(source)):
+        return None
+    if container.duration and container.duration > 0:
+        return float(container.duration / 1_000_000)  # microseconds
+    return None
+
+
 def probe_seconds(
     source: Source, *, content_type: str | None = None, filename: str | None = None
 ) -> float | None:
-    """The duration the container's header gives, without decoding; None when it does not
-    say (or the bytes are not audio: decoding reports that)."""
+    """The duration the container's header states, without decoding; None when it does not
+    say, or only guesses (or the bytes are not audio: decoding reports that)."""
     if is_raw_pcm(content_type, filename):
         return _size(source) // 2 / SAMPLE_RATE
     try:
         info = sf.info(_rewound(source))
+        if info.format == "MP3" and not mp3_states_length(source):
+            return None
         if info.frames > 0 and info.samplerate > 0:
             return float(info.frames / info.samplerate)
     except Exception:
@@ -110,19 +143,22 @@ def probe_seconds(
         import av
 
         with av.open(_rewound(source), mode="r") as container:
-            if container.duration and container.duration > 0:
-                return float(container.duration / 1_000_000)  # microseconds
+            return stated_seconds(container, source)
     except Exception:
         pass
     return None
 
 
-def check_duration(seconds: float, max_seconds: float | None) -> None:
-    if max_seconds is not None and seconds > max_seconds:
-        raise TooLargeError(
-            f"Audio is {seconds:.1f} s long; the limit is {max_seconds:g} s (MAX_AUDIO_SECONDS).",
-            param="file",
-        )
+def check_duration(seconds: float, max_seconds: float | None, *, stated: bool = True) -> None:
+    """413 past MAX_AUDIO_SECONDS: for a length the header states, or (`stated` False) for
+    audio whose decoding has just passed the limit, whatever its real length."""
+    if max_seconds is None or seconds <= max_seconds:
+        return
+    if stated:
+        message = f"Audio is {seconds:.1f} s long; the limit is {max_seconds:g} s"
+    else:
+        message = f"Audio is longer than the limit of {max_seconds:g} s (decoding stopped there)"
+    raise TooLargeError(f"{message} (MAX_AUDIO_SECONDS).", param="file")
 
 
 class _Growing:
@@ -141,7 +177,7 @@ class _Growing:
     def add(self, block: np.ndarray) -> None:
         need = self._len + len(block)
         if len(block):
-            check_duration(need / SAMPLE_RATE, self._max_seconds)
+            check_duration(need / SAMPLE_RATE, self._max_seconds, stated=False)
             self._reserve(need / SAMPLE_RATE)
         if need > len(self._buf):
             grown = np.empty(max(need, 2 * len(self._buf)), dtype=np.float32)
@@ -203,8 +239,9 @@ def _decode_with_av(
                 raise InvalidAudioError("The file has no audio stream.", param="file")
             stream = container.streams.audio[0]
             source_rate = int(stream.rate or SAMPLE_RATE)
-            seconds = (container.duration or 0) / 1_000_000  # av.time_base is microseconds
-            # the header's duration, which may lie: `out` checks every block it is given
+            # the header's duration, which may lie: `out` checks every block it is given;
+            # a guessed one (raw AAC, MP3 without a length header) is not even a size hint
+            seconds = stated_seconds(container, source) or 0.0
             out = _Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE, reserve, max_seconds)
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             for frame in container.decode(stream):

@@ -180,12 +180,14 @@ class BodyLimitMiddleware:
     """Reject request bodies over `max_bytes` with 413 before they are buffered.
 
     A declared Content-Length over the limit is refused without reading. A body that
-    grows past the limit while streaming is cut off and answered with 413.
+    grows past the limit while streaming is cut off and answered with 413. The message names
+    `limit_mb` (MAX_UPLOAD_MB), the file's limit: `max_bytes` adds the form's slack to it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, limit_mb: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.limit_mb = limit_mb
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
@@ -231,9 +233,8 @@ class BodyLimitMiddleware:
                 await send(message)
 
     def _body(self) -> dict[str, Any]:
-        mb = self.max_bytes / 1_000_000
         return error_body(
-            f"The request body is larger than the {mb:g} MB limit (MAX_UPLOAD_MB).",
+            f"The upload is larger than the {self.limit_mb:g} MB limit (MAX_UPLOAD_MB).",
             "invalid_request_error",
             "file",
             "too_large",
