@@ -122,6 +122,9 @@ def test_a_flag_overrides_the_port_of_a_real_server(tmp_path: Path) -> None:
         (["--engine", "vllm"], "ENGINE: Input should be"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["serve", "--ssl-certfile", "/nonexistent.pem"], "TLS needs both"),
+        # issue 41: accepted, then every request failed with "expected scalar type Float"
+        (["check", "--quantize", "int8", "--dtype", "bfloat16"], "QUANTIZE=int8 quantizes"),
+        (["serve", "--quantize", "int8", "--dtype", "float16"], "use DTYPE=auto or float32"),
     ],
 )
 def test_bad_flags_exit_2_with_one_clear_line(
@@ -243,3 +246,47 @@ def test_download_of_the_bundled_model_and_of_a_local_dir_copies_them(
     assert done.returncode == 1
     assert "not copied to local-dir/inside" in done.stdout and "choose another DIR" in done.stdout
     assert not (tmp_path / "local-dir" / "inside").exists()
+
+
+# -- issue 41: model paths -------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["serve"], ["transcribe", "a.wav"]])
+def test_a_model_dir_that_holds_no_model_exits_2_with_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """It crashed `serve` and `transcribe` with a traceback from engine_spec."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a.wav").write_bytes(speech.path("sentence_02.wav").read_bytes())
+    done = cli(*command, "--model", str(tmp_path / "empty"), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "holds neither a Qwen3-ASR checkpoint" in done.stderr
+
+
+def test_check_does_not_offer_to_download_a_local_dir(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    done = cli("check", "--model", str(tmp_path / "empty"), "--engine", "qwen", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "holds no model" in done.stdout and "download" not in done.stdout, done.stdout
+
+
+def test_a_tilde_in_model_id_is_the_home_directory(tmp_path: Path, tiny_qwen_dir: Path) -> None:
+    """A `~` in .env reached the engines unexpanded: `check` passed, the load failed."""
+    home = tmp_path / "home"
+    shutil.copytree(tiny_qwen_dir, home / "models" / "tiny")
+    (tmp_path / ".env").write_text("MODEL_ID=~/models/tiny\n")
+    settings = Settings(_env_file=tmp_path / ".env")  # type: ignore[call-arg]
+    assert settings.model_id == os.path.expanduser("~/models/tiny")
+    done = cli("check", env={"HOME": str(home)}, cwd=tmp_path)
+    assert f"model {home}/models/tiny on the qwen engine" in done.stdout, done.stdout
+    assert f"model {home}/models/tiny: a local directory" in done.stdout, done.stdout
+
+
+def test_check_leaves_the_aligner_out_for_a_whisper_model(tmp_path: Path) -> None:
+    """FORCED_ALIGNER_ID is Qwen's: it was a PROBLEM (exit 1) for whisper-tiny.en."""
+    env = {"HF_HUB_OFFLINE": "1"}
+    done = cli(
+        "check", "--model", "whisper-tiny.en", "--forced-aligner-id", "test-org/aligner",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "aligner" not in done.stdout

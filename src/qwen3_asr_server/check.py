@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Settings
-from .download import Cached, find_cached, size_mb
+from .download import LOCAL, Cached, find_cached, size_mb
 from .engines import detect_engine, gpu_present, served_model_id
 from .engines.base import ModelLoadError
 from .engines.probe import Machine, installed, probe
@@ -91,6 +91,10 @@ def cache_finding(cached: Cached, what: str) -> Finding:
     if cached.path is None:
         fix = f"qwen3-asr-server download {cached.repo_id} (offline: --to DIR elsewhere)"
         return Finding(False, f"{what} {cached.repo_id}: {cached.note}", fix)
+    if cached.missing and cached.note == LOCAL:  # a directory of the user's: not downloadable
+        fix = "point the setting at a directory that holds a Qwen3-ASR or CTranslate2 model"
+        missing = ", ".join(cached.missing)
+        return Finding(False, f"{what} {cached.repo_id}: holds no model, missing {missing}", fix)
     if cached.missing:
         fix = f"qwen3-asr-server download {cached.repo_id}"
         missing = ", ".join(cached.missing)
@@ -158,7 +162,7 @@ def check(settings: Settings) -> int:
         findings += found
         cached = find_cached(model_id)
         models = [(model_id, "model")]
-        if settings.forced_aligner_id:
+        if settings.forced_aligner_id and engine == "qwen":  # the aligner is Qwen's only
             models.append((settings.forced_aligner_id, "aligner"))
         if settings.dual_model:
             models.append((settings.fast_model_id, "fast model"))

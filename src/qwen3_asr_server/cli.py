@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from . import __version__
 from .config import Settings, choices, env_value
+from .engines.base import ModelLoadError
 
 ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
 USAGE = (
@@ -141,10 +142,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .check import check
 
         sys.exit(check(settings))
-    if args.command == "transcribe":
-        from .transcribe_cli import transcribe
+    try:
+        if args.command == "transcribe":
+            from .transcribe_cli import transcribe
 
-        sys.exit(transcribe(settings, args))
-    from .serve import serve
+            sys.exit(transcribe(settings, args))
+        from .serve import serve
 
-    serve(settings)
+        serve(settings)
+    except ModelLoadError as exc:  # a model that cannot be served at all, e.g. MODEL_ID a
+        # directory that holds no model: one line, as for the other bad settings
+        print(f"qwen3-asr-server: {exc}", file=sys.stderr)
+        sys.exit(2)

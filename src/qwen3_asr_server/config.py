@@ -5,6 +5,7 @@ Nothing else in the package reads `os.environ`.
 
 from __future__ import annotations
 
+import os
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -281,6 +282,12 @@ class Settings(BaseSettings):
     pytorch_cuda_alloc_conf: str | None = None
     """PyTorch's CUDA allocator options (e.g. `expandable_segments:True`), exported to the
     process environment before torch is imported, if not already set there."""
+
+    @field_validator("model_id", "fast_model_id", "forced_aligner_id")
+    @classmethod
+    def _home(cls, value: str | None) -> str | None:
+        """`~/models/x` as the shell would expand it (a .env file does not)."""
+        return os.path.expanduser(value) if value and value.startswith("~") else value
 
     @field_validator("log_level")
     @classmethod

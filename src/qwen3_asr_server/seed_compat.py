@@ -68,6 +68,11 @@ def apply_seed_settings(settings: Settings, notes: list[str]) -> None:
             "QUANTIZE=fp8 is not available: it needs a CUDA GPU of compute capability "
             "8.9+ with torchao, not built or tested here; use DTYPE=bfloat16"
         )
+    if settings.quantize == "int8" and settings.dtype in ("bfloat16", "float16"):
+        raise ValueError(
+            f"QUANTIZE=int8 quantizes float32 weights for the CPU; DTYPE={settings.dtype} "
+            "cannot run with it (every request would fail): use DTYPE=auto or float32"
+        )
     if settings.quantize == "int8" and settings.device == "cuda":
         raise ValueError(
             "QUANTIZE=int8 is implemented on CPU only (the seed's bitsandbytes GPU path is "
