@@ -290,3 +290,22 @@ def test_check_leaves_the_aligner_out_for_a_whisper_model(tmp_path: Path) -> Non
     )  # fmt: skip
     assert done.returncode == 0, done.stdout
     assert "aligner" not in done.stdout
+
+
+def test_download_of_an_aligner_suggests_forced_aligner_id(
+    tmp_path: Path, tiny_qwen_dir: Path
+) -> None:
+    """issue 41: `download <aligner> --to DIR` said "use it with MODEL_ID=DIR"."""
+    repo = "test-org/Qwen3-ForcedAligner-tiny"
+    hub = tmp_path / "hub"
+    folder = hub / ("models--" + repo.replace("/", "--"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(tiny_qwen_dir, folder / "snapshots" / commit)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    target = tmp_path / "aligner"
+    done = cli("download", repo, "--to", str(target), env=offline(hub), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"use it with FORCED_ALIGNER_ID={target}" in done.stdout, done.stdout
+    absent = cli("download", "Qwen/Qwen3-ForcedAligner-0.6B", env=offline(hub), cwd=tmp_path)
+    assert "(then FORCED_ALIGNER_ID=DIR)" in absent.stdout, absent.stdout

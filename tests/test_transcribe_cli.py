@@ -31,6 +31,7 @@ KEY = "cli-test-key"
 def run_cli(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "IDLE_TIMEOUT": "0", "HF_HUB_OFFLINE": "1", **extra}
     env.pop("API_KEY", None)
+    env.pop("OPENAI_API_KEY", None)
     return subprocess.run(
         [sys.executable, "-m", "qwen3_asr_server", "transcribe", *args],
         env=env, cwd=cwd, capture_output=True, text=True, timeout=300,
@@ -123,6 +124,36 @@ def test_transcribe_a_folder_through_a_running_server(server: LiveServer, tmp_pa
     wrong_key = run_cli(str(clips / "sentence_02.wav"), "--server", server.url, "--api-key", "no",
                         "--overwrite", cwd=tmp_path)  # fmt: skip
     assert wrong_key.returncode == 1 and "HTTP 401" in wrong_key.stderr, wrong_key.stderr
+
+
+@pytest.mark.slow
+def test_openai_api_key_from_dotenv_reaches_the_server(server: LiveServer, tmp_path: Path) -> None:
+    """issue 41: --server read OPENAI_API_KEY from the process environment only: 401."""
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={KEY}\n")
+    clip = tmp_path / "a.wav"
+    shutil.copy(speech.path("sentence_02.wav"), clip)
+    done = run_cli(str(clip), "--server", server.url, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "a.txt").read_text().strip()
+
+
+def test_two_inputs_that_would_write_one_output_are_refused(tmp_path: Path) -> None:
+    """issue 41: talk.flac and talk.wav both wrote talk.txt ("2 transcribed", exit 0), and
+    a rerun skipped both."""
+    for name in ("talk.flac", "talk.wav"):
+        (tmp_path / name).write_bytes(speech.path("sentence_02.wav").read_bytes())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for sub in ("a", "b"):
+        shutil.copy(speech.path("sentence_02.wav"), tmp_path / sub / "same.wav")
+    for args in (
+        [str(tmp_path / "talk.flac"), str(tmp_path / "talk.wav")],
+        [str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")],
+    ):
+        done = run_cli(*args, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "would both write" in done.stderr, done.stderr
+        assert not list(tmp_path.glob("*.txt")) and not (tmp_path / "out").exists()
 
 
 def test_bad_arguments_say_what_is_wrong(tmp_path: Path) -> None:

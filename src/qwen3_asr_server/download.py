@@ -52,8 +52,20 @@ def _engine_kind(settings: Settings, model_id: str) -> str:
         return "unknown"
 
 
-def setting_for(repo_id: str, settings: Settings) -> str:
-    if repo_id == settings.forced_aligner_id:
+def is_aligner(repo_id: str, path: Path | None = None) -> bool:
+    """A Qwen3 forced aligner, by its name (`Qwen/Qwen3-ForcedAligner-0.6B`) or its config."""
+    if "forcedaligner" in repo_id.lower().replace("-", "").replace("_", ""):
+        return True
+    config = path / "config.json" if path is not None else None
+    try:
+        return config is not None and "forcedaligner" in config.read_text().lower()
+    except OSError:
+        return False
+
+
+def setting_for(repo_id: str, settings: Settings, path: Path | None = None) -> str:
+    """The setting that serves this model: an aligner is FORCED_ALIGNER_ID, never MODEL_ID."""
+    if repo_id == settings.forced_aligner_id or is_aligner(repo_id, path):
         return "FORCED_ALIGNER_ID"
     if settings.dual_model and repo_id == settings.fast_model_id:
         return "FAST_MODEL_ID"
@@ -148,7 +160,8 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
             if constants.HF_HUB_OFFLINE and cached.note == NOT_CACHED:
                 hint = (
                     f"; HF_HUB_OFFLINE is set: run `qwen3-asr-server download {repo_id} --to "
-                    "DIR` on a machine with internet and copy DIR here (then MODEL_ID=DIR)"
+                    "DIR` on a machine with internet and copy DIR here (then "
+                    f"{setting_for(repo_id, settings)}=DIR)"
                 )
             print(f"{repo_id}: {cached.note}{hint}.")
             failed += 1
@@ -173,6 +186,6 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
                 print(f"{repo_id}: not copied to {target}: {problem}")
                 failed += 1
                 continue
-            setting = setting_for(repo_id, settings)
+            setting = setting_for(repo_id, settings, cached.path)
             print(f"{repo_id}: copied to {target}; use it with {setting}={target}")
     return 1 if failed else 0

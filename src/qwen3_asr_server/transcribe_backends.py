@@ -5,7 +5,6 @@ SDK, the body it answers as it is)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
@@ -129,7 +128,7 @@ class Remote:
         self.model = model or "whisper-1"  # --model (MODEL_ID): vLLM wants its own name
         base = url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
-        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
+        self.api_key = api_key or "unused"  # a server without API_KEY takes any
 
     async def __aenter__(self) -> Remote:
         try:

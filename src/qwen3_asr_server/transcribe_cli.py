@@ -108,6 +108,19 @@ def collect(paths: list[Path], formats: list[str], out: Path | None) -> list[Job
     return jobs
 
 
+def clashes(jobs: list[Job]) -> list[str]:
+    """Outputs that two inputs would both write (`talk.flac` and `talk.wav`, or same-named
+    files of two folders with --out): one line each."""
+    owner: dict[Path, Path] = {}
+    found = []
+    for job in jobs:
+        for target in job.outputs.values():
+            first = owner.setdefault(target.resolve(), job.path)
+            if first != job.path:
+                found.append(f"{first} and {job.path} would both write {target}")
+    return found
+
+
 def write_atomically(target: Path, body: bytes) -> None:
     """Never a half-written output that a later run would skip."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +200,12 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
     if not jobs:
         print("qwen3-asr-server transcribe: no audio files found")
         return 2
+    clashing = clashes(jobs)
+    if clashing:  # refused before anything runs: one output would overwrite another
+        for line in clashing:
+            print(f"qwen3-asr-server transcribe: {line}", file=sys.stderr)
+        print("transcribe them in separate runs, or into different --out folders", file=sys.stderr)
+        return 2
     for job in jobs:
         if not args.overwrite:
             job.outputs = {f: p for f, p in job.outputs.items() if not p.exists()}
@@ -200,9 +219,9 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
         for job in todo:
             probe(job)
         if args.server:
-            backend: Local | Remote = Remote(
-                args.server, settings.api_key, settings.model_id
-            )  # or --api-key
+            # --api-key, else API_KEY, else OPENAI_API_KEY (both also from .env)
+            key = settings.api_key or settings.openai_api_key
+            backend: Local | Remote = Remote(args.server, key, settings.model_id)
         else:
             from .logging import setup_logging
 
