@@ -175,7 +175,9 @@ class Settings(BaseSettings):
     (quiet, about -40 dB below its loud parts) is shortened to it: fewer 30 s windows to
     decode. Times in the answer are on the original timeline. 0 keeps the audio as is."""
     segment_vad: bool = True
-    """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy)."""
+    """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy).
+    With VAD, a segment in which it hears no speech is not transcribed (silence answers
+    empty text, not the words models invent in it)."""
 
     sse_chunk_seconds: float | None = Field(default=None, ge=5, le=300)
     """The seed's SSE chunk length: here it caps the segment length of the streaming routes

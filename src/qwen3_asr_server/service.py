@@ -43,6 +43,7 @@ from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import CutRules, Segmenter, Span
 from .text import collapse_repetitions
 from .transcript import Transcript
+from .vad import has_speech
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,10 @@ class Transcriber:
         batch_ok: bool,
     ) -> TranscribeResult:
         request = self._request(samples, options, long_form)
+        vad = self.segmenter.vad
+        if vad is not None and not await vad.run(has_speech, vad, samples):
+            # silence never reaches the model: whisper and Qwen both hear words in it
+            return TranscribeResult(text="", language=options.request.language)
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
         batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)

@@ -153,3 +153,28 @@ def fill_no_speech_probs(model: SileroModel, samples: np.ndarray, segments: list
         last = -(-(int(s.end * SAMPLE_RATE) - start) // FRAME)  # ceil: a part frame counts
         window = probs[first:last]
         s.no_speech_prob = round(1.0 - float(window.max()), 4) if len(window) else 1.0
+
+
+SPEECH_PROB = 0.5  # Silero's own threshold for speech
+MIN_SPEECH_FRAMES = 3  # ~100 ms of it in a row: shorter is a click, not a word
+SILENT_PEAK = 1e-4  # -80 dBFS: digital silence, no model call needed
+
+
+def has_speech(model: SileroModel, samples: np.ndarray, chunk_frames: int = 32) -> bool:
+    """Whether voice detection hears speech anywhere in `samples`: ~100 ms above Silero's
+    threshold in a row. Stops at the first speech found, so speech costs a frame or a few;
+    only a silent stretch is read to its end. Blocking: run it on the VAD threads."""
+    if not len(samples) or float(np.max(np.abs(samples))) < SILENT_PEAK:
+        return False
+    stream = model.stream()
+    run = 0
+    step = chunk_frames * FRAME
+    for start in range(0, len(samples), step):
+        piece = samples[start : start + step]
+        if len(piece) < FRAME:  # a part frame at the end: padded, as a segment is decoded
+            piece = np.pad(piece, (0, FRAME - len(piece)))
+        for prob in stream.probs(piece):
+            run = run + 1 if prob >= SPEECH_PROB else 0
+            if run >= MIN_SPEECH_FRAMES:
+                return True
+    return False

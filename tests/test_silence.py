@@ -1,0 +1,76 @@
+"""Silence is not words (issue 41): a segment in which voice detection hears no speech never
+reaches the model, so a silent or near-silent upload answers empty text, on whisper and on
+Qwen. Before, whisper-tiny.en heard "You" in 5 s of silence and Qwen its random tokens."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+import speech
+from helpers import whisper_settings
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.vad import SileroModel, has_speech
+from server import LiveServer, live_server
+
+RNG = np.random.default_rng(7)
+SILENT = {
+    "digital silence": np.zeros(5 * 16000, np.float32),
+    "room noise at -50 dB": (RNG.standard_normal(5 * 16000) * 0.003).astype(np.float32),
+}
+
+
+def wav(samples: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, samples, 16000, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+def post(srv: LiveServer, samples: np.ndarray) -> dict[str, Any]:
+    response = httpx.post(
+        srv.url + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", wav(samples))},
+        data={"response_format": "verbose_json"},
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def sentence() -> np.ndarray:
+    return sf.read(speech.path("sentence_02.wav"), dtype="float32")[0]
+
+
+def test_voice_detection_tells_speech_from_silence() -> None:
+    vad = SileroModel()
+    for samples in SILENT.values():
+        assert not has_speech(vad, samples)
+    assert has_speech(vad, sentence())
+    # speech at the very end of a long silence is found (the whole stretch is read)
+    assert has_speech(vad, np.concatenate([np.zeros(40 * 16000, np.float32), sentence()]))
+    assert not has_speech(vad, np.zeros(0, np.float32))
+
+
+@pytest.mark.parametrize("name", list(SILENT))
+def test_a_silent_upload_answers_empty_text_on_whisper(name: str) -> None:
+    with live_server(create_app(whisper_settings())) as srv:
+        body = post(srv, SILENT[name])
+        assert body["text"] == "" and body["segments"] == [], body
+        assert body["duration"] == pytest.approx(5.0, abs=0.01)
+        # speech after the same silence is still heard
+        body = post(srv, np.concatenate([SILENT[name], sentence()]))
+        assert "please call me" in body["text"].lower(), body
+
+
+def test_a_silent_upload_answers_empty_text_on_qwen(
+    qwen_settings: Callable[..., Any],
+) -> None:
+    with live_server(create_app(qwen_settings())) as srv:
+        assert post(srv, SILENT["digital silence"])["text"] == ""
+        assert post(srv, sentence())["text"]  # random weights: tokens, but some
