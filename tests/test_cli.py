@@ -309,3 +309,11 @@ def test_download_of_an_aligner_suggests_forced_aligner_id(
     assert f"use it with FORCED_ALIGNER_ID={target}" in done.stdout, done.stdout
     absent = cli("download", "Qwen/Qwen3-ForcedAligner-0.6B", env=offline(hub), cwd=tmp_path)
     assert "(then FORCED_ALIGNER_ID=DIR)" in absent.stdout, absent.stdout
+
+
+def test_engine_whisper_without_a_model_serves_the_bundled_one(tmp_path: Path) -> None:
+    """issue 41: ENGINE=whisper with no MODEL_ID looked for the Qwen default as a whisper
+    model."""
+    done = cli("check", "--engine", "whisper", env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert "model whisper-tiny.en on the whisper engine" in done.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import subprocess
 import sys
 import threading
@@ -365,6 +366,32 @@ def run_standin(*args: str) -> Iterator[str]:
 def standin() -> Iterator[str]:
     with run_standin("--api-key", "sekret") as url:
         yield url
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_an_offline_front_never_looks_for_the_model_itself(standin: str, named: bool) -> None:
+    """issue 41: with HF_HUB_OFFLINE=1 a front refused every request with 503 "The model
+    'Qwen/Qwen3-ASR-1.7B' is not on this machine" (REMOTE_MODEL, vLLM's served name), or
+    looked for a model named `remote` (REMOTE_MODEL unset). The front holds no model."""
+    extra = {"REMOTE_API_KEY": "sekret", "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": "/nonexistent"}
+    if named:
+        extra["REMOTE_MODEL"] = "Qwen/Qwen3-ASR-1.7B"
+    front = ServerProcess(front_env([standin + "/v1"], **extra))
+    try:
+        front.wait_healthy(30)
+        wait_until(lambda: health(front)["backends_up"] == 1, 30)
+        assert transcribe(front, "sentence_01.wav").text.startswith("stand-in heard")
+        assert health(front)["model_id"] == "Qwen/Qwen3-ASR-1.7B"
+    finally:
+        front.stop()
+    env = {**os.environ, **extra, "ENGINE": "remote", "REMOTE_BACKENDS": standin + "/v1"}
+    for command in ("check", "download"):
+        done = subprocess.run(
+            [sys.executable, "-m", "qwen3_asr_server", command],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "HF cache" not in done.stdout and "Qwen3-ASR-0.6B" not in done.stdout, done.stdout
 
 
 def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:

