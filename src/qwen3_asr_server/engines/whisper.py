@@ -6,7 +6,9 @@ decoder calls gc.collect() on every call, which costs ~0.4 s in a large process.
 
 from __future__ import annotations
 
+import functools
 import gc
+import json
 import time
 from collections.abc import Hashable
 from dataclasses import replace
@@ -46,6 +48,23 @@ def resolve_model_path(model_id: str) -> str:
     return str(get_model_path())
 
 
+MULTILINGUAL_VOCABULARY = 51865  # whisper's vocabulary with its language tokens
+
+
+def vocabulary_size(folder: Path) -> int | None:
+    """Tokens in a CTranslate2 whisper model's vocabulary file (None: no such file)."""
+    text_file, json_file = folder / "vocabulary.txt", folder / "vocabulary.json"
+    try:
+        if text_file.is_file():
+            with text_file.open("rb") as f:
+                return sum(1 for _ in f)
+        if json_file.is_file():
+            return len(json.loads(json_file.read_text()))
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 class WhisperEngine:
     name = "whisper"
     # Every item of a batched decode is padded to the same 30 s window and decoded alone
@@ -76,9 +95,19 @@ class WhisperEngine:
     def status(self) -> EngineStatus:
         return EngineStatus(self.name, self.model_id, self.device)
 
-    @property
+    @functools.cached_property
     def english_only(self) -> bool:
-        return self.model_id.lower().rstrip("/").endswith(".en")
+        """From the model's files: an English-only whisper has no language tokens, so its
+        vocabulary is 51,864 tokens, a multilingual one's 51,865 or more (CTranslate2's own
+        test). Only a hub id not on this machine is judged by its name (`*.en`)."""
+        try:
+            path = Path(resolve_model_path(self.model_id)).expanduser()
+        except ModelLoadError:
+            path = Path(self.model_id)
+        size = vocabulary_size(path) if path.is_dir() else None
+        if size is None:
+            return self.model_id.lower().rstrip("/").endswith(".en")
+        return size < MULTILINGUAL_VOCABULARY
 
     @property
     def languages(self) -> frozenset[str] | None:
