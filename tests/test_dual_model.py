@@ -136,6 +136,41 @@ def test_the_process_shows_both_models(tiny_qwen_dir: Path, tmp_path: Path) -> N
         server.stop()
 
 
+@pytest.mark.parametrize("fast", ["test-org/not-cached", "whisper"])
+def test_a_fast_model_that_cannot_load_is_named_as_fast_model_id(tmp_path: Path, fast: str) -> None:
+    """issue 41: a fast model that failed to load was reported as MODEL_ID, with the main
+    model's name, and without the offline hint."""
+    env = {
+        "MODEL_ID": "whisper-tiny.en",
+        "DUAL_MODEL": "true",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
+    }
+    if fast == "whisper":  # a whisper model directory that CTranslate2 cannot read
+        broken = tmp_path / "broken-whisper"
+        broken.mkdir()
+        (broken / "model.bin").write_bytes(b"not a model")
+        env.update(FAST_MODEL_ID=str(broken))
+    else:
+        env.update(FAST_MODEL_ID=fast)
+    server = ServerProcess(env, cwd=tmp_path)
+    try:
+        server.wait_healthy()
+        response = httpx.post(
+            server.url + "/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech.path("sentence_02.wav").read_bytes())},
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert response.status_code == 503, response.text
+    message = response.json()["error"]["message"]
+    assert "FAST_MODEL_ID" in message and env["FAST_MODEL_ID"] in message, message
+    assert "whisper-tiny.en" not in message.split(".")[0], message
+    if fast != "whisper":
+        assert "not in the HF cache" in message, message
+
+
 def test_a_partial_that_finds_the_fast_model_busy_is_skipped_not_queued(
     tiny_qwen_dir: Path,
 ) -> None:

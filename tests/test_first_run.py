@@ -349,3 +349,22 @@ def test_a_library_error_becomes_two_sentences_with_the_fix(tmp_path: Path) -> N
     assert "RuntimeError; the server log has the details" in broken and len(broken) < 300
     plain = ModelLoadError("Ours already says what to do.")
     assert short_load_error("x", plain) == "Ours already says what to do."
+
+
+def test_check_asks_the_hub_about_an_explicit_model_it_would_fetch(
+    tiny_qwen_dir: Path, tmp_path: Path
+) -> None:
+    """issue 41: `check` said "ready to serve" for an uncached MODEL_ID that is a typo (or
+    with the hub out of reach); the server then answered 503 to every request."""
+    with StandinHub(REPO, tiny_qwen_dir) as hub:
+        env = {**os.environ, **fresh_env(tmp_path, HF_ENDPOINT=hub.url)}
+        typo = cli("check", "--model", REPO + "-typo", env=env, cwd=tmp_path)
+        assert typo.returncode == 1, typo.stdout
+        assert f"PROBLEM model {REPO}-typo: not in the HF cache, and it cannot be" in typo.stdout
+        good = cli("check", "--model", REPO, env=env, cwd=tmp_path)
+        assert good.returncode == 0, good.stdout
+        assert f"model {REPO}: not cached yet; the server downloads it" in good.stdout
+    closed = f"http://127.0.0.1:{free_port()}"
+    env = {**os.environ, **fresh_env(tmp_path, HF_ENDPOINT=closed)}
+    down = cli("check", "--model", REPO, env=env, cwd=tmp_path)
+    assert down.returncode == 1 and f"PROBLEM model {REPO}: not in the HF cache" in down.stdout

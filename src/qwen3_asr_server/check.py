@@ -13,7 +13,7 @@ from .engines import detect_engine, gpu_present, served_model_id
 from .engines.base import ModelLoadError
 from .engines.probe import Machine, installed, probe
 from .engines.qwen_load import choose_dtype
-from .model_plan import BUNDLED, FIX, ModelPlan, plan_model
+from .model_plan import BUNDLED, FIX, ModelPlan, plan_model, unreachable
 from .redact import redact_url
 
 HEADROOM_MB = 1000  # activations, the server itself, the VAD
@@ -140,6 +140,12 @@ def serving(settings: Settings, plan: ModelPlan) -> Finding:
 
 
 def fetch_finding(repo_id: str, plan: ModelPlan, what: str) -> Finding:
+    """A hub model the server would fetch at start: asked of the hub first (a typo, or a hub
+    out of reach, is a problem now, not a 503 after start)."""
+    reason = "" if repo_id in plan.known else unreachable(repo_id, plan)
+    if reason:
+        fix = "check the name, or run `qwen3-asr-server download` where the hub can be reached"
+        return Finding(False, f"{what} {repo_id}: {reason}", fix)
     known = plan.known.get(repo_id)
     size = f" ({sum(known.files.values()) / 1e6:.0f} MB)" if known else ""
     return Finding(

@@ -98,7 +98,7 @@ def plan_model(settings: Settings, announce: bool = True) -> ModelPlan:
     if not missing:
         return plan
     if wanted in missing and can_fall_back(settings):
-        reason = _unreachable(wanted, plan)
+        reason = unreachable(wanted, plan)
         if reason:
             plan.fallback = Fallback(wanted, reason)
             plan.settings = settings.model_copy(update={"model_id": BUNDLED})
@@ -110,7 +110,7 @@ def plan_model(settings: Settings, announce: bool = True) -> ModelPlan:
     return plan
 
 
-def _unreachable(repo_id: str, plan: ModelPlan) -> str:
+def unreachable(repo_id: str, plan: ModelPlan) -> str:
     """Why `repo_id` cannot be downloaded now ("" when it can; its file list is kept)."""
     if hub_offline():
         return "not in the HF cache, and HF_HUB_OFFLINE is set"

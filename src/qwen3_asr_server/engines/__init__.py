@@ -76,10 +76,10 @@ def create_engine(settings: Settings, inline: bool = False) -> Engine:
             "forced_aligner_id": None,  # word times come from the main model
         }
     )
-    return DualEngine(engine, _create_one(fast, inline))
+    return DualEngine(engine, _create_one(fast, inline, "FAST_MODEL_ID"))
 
 
-def _create_one(settings: Settings, inline: bool) -> Engine:
+def _create_one(settings: Settings, inline: bool, setting: str = "MODEL_ID") -> Engine:
     if settings.engine == "remote":
         from .remote import RemoteEngine
 
@@ -92,7 +92,7 @@ def _create_one(settings: Settings, inline: bool) -> Engine:
             connect_timeout=settings.remote_connect_timeout,
             probe_interval=settings.remote_probe_interval,
         )
-    spec = engine_spec(settings)
+    spec = engine_spec(settings, setting)
     if settings.use_worker and not inline:
         from .worker import WorkerEngine
 
@@ -106,8 +106,9 @@ def _create_one(settings: Settings, inline: bool) -> Engine:
     return spec.build()
 
 
-def engine_spec(settings: Settings) -> EngineSpec:
-    """The local engine the settings describe, as a picklable spec."""
+def engine_spec(settings: Settings, setting: str = "MODEL_ID") -> EngineSpec:
+    """The local engine the settings describe, as a picklable spec; `setting` names it in
+    load errors (FAST_MODEL_ID for DUAL_MODEL's fast model)."""
     model_id = served_model_id(settings)
     kind = settings.engine if settings.engine != "auto" else detect_engine(model_id)
     if kind == "whisper":
@@ -115,6 +116,7 @@ def engine_spec(settings: Settings) -> EngineSpec:
             "device": settings.device,
             "cpu_threads": settings.cpu_threads,
             "beam_size": settings.whisper_beam_size,
+            "setting": setting,
         }
         return EngineSpec("whisper", model_id, options)
     options = {
@@ -128,5 +130,6 @@ def engine_spec(settings: Settings) -> EngineSpec:
         # for the device torch really sees when it loads.
         "defaults": None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
         "quantize": settings.quantize,
+        "setting": setting,
     }
     return EngineSpec("qwen", model_id, options)

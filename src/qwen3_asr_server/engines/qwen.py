@@ -47,8 +47,10 @@ class QwenEngine:
         attention: str = "auto",
         defaults: tuple[str, str] | None = None,
         quantize: str | None = None,
+        setting: str = "MODEL_ID",  # the setting that names it, for load errors
     ) -> None:
         self.model_id = model_id
+        self._setting = setting
         self._quantize = quantize
         self.aligner_id = aligner_id
         self._aligner: Any = None
@@ -123,7 +125,7 @@ class QwenEngine:
         except ModelLoadError:
             raise
         except Exception as exc:
-            raise ModelLoadError(_load_hint(self.model_id, exc)) from exc
+            raise ModelLoadError(_load_hint(self.model_id, exc, self._setting)) from exc
         if self._quantize == "int8":
             if cuda:
                 raise ModelLoadError(

@@ -72,9 +72,16 @@ class WhisperEngine:
     long_form_batches = True
 
     def __init__(
-        self, model_id: str, *, device: str = "auto", cpu_threads: int = 0, beam_size: int = 5
+        self,
+        model_id: str,
+        *,
+        device: str = "auto",
+        cpu_threads: int = 0,
+        beam_size: int = 5,
+        setting: str = "MODEL_ID",  # the setting that names it, for load errors
     ) -> None:
         self.model_id = model_id
+        self._setting = setting
         self._device_setting = device
         self._cpu_threads = cpu_threads
         self._beam_size = beam_size
@@ -133,9 +140,9 @@ class WhisperEngine:
             )
         except Exception as exc:
             raise ModelLoadError(
-                f"Could not load the whisper model {self.model_id!r} ({type(exc).__name__}: "
-                f"{str(exc)[:300]}). Offline? Set MODEL_ID to a local CTranslate2 model directory "
-                "or to whisper-tiny.en (bundled)."
+                f"Could not load {self.model_id!r} ({self._setting}: {type(exc).__name__}: "
+                f"{str(exc)[:300]}), a whisper model. Offline? Set {self._setting} to a local "
+                "CTranslate2 model directory or to whisper-tiny.en (bundled)."
             ) from exc
         self._batched = BatchedInferencePipeline(self._model)
         self._device = "cuda" if cuda else "cpu"
