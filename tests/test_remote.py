@@ -394,6 +394,36 @@ def test_an_offline_front_never_looks_for_the_model_itself(standin: str, named: 
         assert "HF cache" not in done.stdout and "Qwen3-ASR-0.6B" not in done.stdout, done.stdout
 
 
+def test_a_hung_backend_leaves_the_rotation_until_a_job_succeeds() -> None:
+    """issue 41: a backend whose engine hangs while /v1/models still answers stayed in the
+    rotation: with REQUEST_TIMEOUT=5, uploads alternated 504, 200, 504, ... The call to a
+    backend now times out first (half the job's time), the job moves to the healthy one, and
+    the hung backend comes back only when a trial job succeeds, not when a probe answers."""
+    with run_standin("--gate") as hung, run_standin() as healthy:
+        env = front_env([hung + "/v1", healthy + "/v1"], REQUEST_TIMEOUT="5")
+        front = ServerProcess(env)
+        try:
+            front.wait_healthy(30)
+            wait_until(lambda: health(front)["backends_up"] == 2, 30)
+            for _ in range(6):
+                assert transcribe(front, "sentence_01.wav").text.startswith("stand-in heard")
+            state = {b["url"]: b for b in health(front)["backends"]}
+            stuck = state[hung + "/v1"]
+            assert stuck["state"] == "down" and "timed out on a job" in stuck["last_error"]
+            # its /v1/models answers every probe (1 s apart), yet it stays out: trials time out
+            wait_until(lambda: "trial job" in str(backend_state(front, hung)["last_error"]), 30)
+            assert backend_state(front, hung)["state"] == "down"
+            httpx.post(hung + "/open", timeout=5)  # the engine recovers: a trial job succeeds
+            wait_until(lambda: backend_state(front, hung)["state"] == "up", 30)
+            assert health(front)["backends_up"] == 2
+        finally:
+            front.stop()
+
+
+def backend_state(front: ServerProcess, url: str) -> dict[str, Any]:
+    return next(b for b in health(front)["backends"] if b["url"] == url + "/v1")
+
+
 def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:
     front = ServerProcess(front_env([standin + "/v1"], REMOTE_API_KEY="sekret"))
     try:

@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     remote_probe_interval: float = Field(default=5.0, gt=0, le=300)
     """Remote engine: seconds between health probes of a backend that is up; a backend that
     is down is probed again after 1, 2, 4 ... seconds up to this."""
+    remote_call_timeout: float | None = Field(default=None, gt=0)
+    """Remote engine: seconds one backend has to answer one job before the job is retried on
+    another backend; unset: half of REQUEST_TIMEOUT, so the retry fits in the job's time. A
+    backend that timed out on a job stays out of the rotation until a short trial job
+    succeeds (its `/v1/models` answering is not enough: the engine behind it may hang)."""
     remote_connect_timeout: float = Field(default=2.0, gt=0, le=60)
     """Remote engine: seconds to connect to a backend (and to answer a probe) before it is
     taken out of the rotation."""

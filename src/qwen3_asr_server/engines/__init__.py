@@ -91,6 +91,7 @@ def _create_one(settings: Settings, inline: bool, setting: str = "MODEL_ID") -> 
             request_timeout=settings.request_timeout,
             connect_timeout=settings.remote_connect_timeout,
             probe_interval=settings.remote_probe_interval,
+            call_timeout=settings.remote_call_timeout,
         )
     spec = engine_spec(settings, setting)
     if settings.use_worker and not inline:

@@ -20,8 +20,11 @@ the survivors' slots wait for one (`backend_waiting` in /health).
 Each job goes to the backend with the fewest jobs in flight (round robin among equals). A
 backend that refuses, times out or drops a connection is taken out of the rotation and
 probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL: the pool and its Prober are
-`remote_pool.py`); the job is retried once on another backend. With every backend down the
-job fails with BackendUnavailableError (503).
+`remote_pool.py`); the job is retried once on another backend. One call to a backend has its
+own timeout (REMOTE_CALL_TIMEOUT, half the job's REQUEST_TIMEOUT by default), so a retry fits
+in the job's time. A backend that timed out on a job comes back only when a short trial job
+succeeds: a hung engine behind a `/v1/models` that still answers is not taken back by its
+probe. With every backend down the job fails with BackendUnavailableError (503).
 
 Auth: REMOTE_API_KEY goes to every backend as a bearer token. Credentials in a backend's URL
 (`http://user:pass@host/v1`) go to that backend as HTTP Basic auth instead (one request has
@@ -34,10 +37,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import io
 import threading
 import time
-import wave
 from collections.abc import Coroutine, Hashable
 from typing import Any, TypeVar
 
@@ -57,35 +58,13 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
+from .remote_call import TRIAL_TIMEOUT, TRIAL_WAV, BackendFailedError, encode_wav, post_job
 from .remote_clients import ClientShelf
-from .remote_pool import Backend, BackendPool, Prober, response_message
+from .remote_pool import Backend, BackendPool, Prober
 from .status import EngineStatus
 from .wrapping import wait_or_cancel
 
 T = TypeVar("T")
-CLIENT_ERRORS = {400, 413, 415, 422}  # the input's fault: every backend would refuse it
-BUSY = {429, 500, 502, 503, 504}  # try another backend, but this one is not down
-
-
-class BackendFailedError(Exception):
-    """This backend gave no answer for the job; another backend may."""
-
-    def __init__(self, message: str, down: bool) -> None:
-        super().__init__(message)
-        self.down = down
-
-
-def encode_wav(samples: np.ndarray) -> bytes:
-    """Mono float32 at 16 kHz -> 16-bit PCM WAV (what every backend decodes)."""
-    # x 32768 and rounding: PCM that arrived as 16-bit (nearly all of it) passes unchanged.
-    pcm = np.clip(np.rint(samples * 32768.0), -32768, 32767).astype("<i2")
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SAMPLE_RATE)
-        w.writeframes(pcm.tobytes())
-    return out.getvalue()
 
 
 class RemoteEngine:
@@ -101,12 +80,15 @@ class RemoteEngine:
         request_timeout: float = 300.0,
         connect_timeout: float = 2.0,
         probe_interval: float = 5.0,
+        call_timeout: float | None = None,
     ) -> None:
         self.pool = BackendPool(urls, max_inflight, probe_interval)
         self._model = model
         self.model_id = model or "remote"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+        call = call_timeout or request_timeout / 2  # one call: the job keeps time for a retry
+        self._timeout = httpx.Timeout(call, connect=connect_timeout)
+        self._trial_timeout = min(call, TRIAL_TIMEOUT)
         self._probe_timeout = connect_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -191,7 +173,7 @@ class RemoteEngine:
         timeout = httpx.Timeout(t.read, connect=t.connect, pool=self._probe_timeout)
         self._shelf = ClientShelf(timeout, self._headers)
         on_model = None if self._model else self._found_model
-        self._prober = Prober(self.pool, self._client, self._probe_timeout, on_model)
+        self._prober = Prober(self.pool, self._client, self._probe_timeout, on_model, self._trial)
         await self._prober.start()
 
     async def _close(self) -> None:
@@ -225,39 +207,26 @@ class RemoteEngine:
             form["temperature"] = f"{request.temperature:g}"
         return form
 
-    async def _post(
+    async def _call(
         self, url: str, wav: bytes, form: dict[str, str], headers: dict[str, str]
-    ) -> dict[str, Any]:
-        shelf = self._shelf
-        assert shelf is not None
-        client = shelf.take(url)
-        answered = False
+    ) -> dict[str, str | None]:
+        assert self._shelf is not None
+        return await post_job(self._shelf, url, wav, form, headers)
+
+    async def _trial(self, backend: Backend) -> str | None:
+        """A short job of silence for a backend that timed out on one: None when it answers
+        in time, else why not."""
+        request = TranscribeRequest(np.zeros(SAMPLE_RATE // 2, np.float32))
         try:
-            r = await client.post(
-                f"{url}/audio/transcriptions",
-                files={"file": ("audio.wav", wav, "audio/wav")},
-                data=form,
-                headers=headers,
-            )
-            answered = True
-        except httpx.PoolTimeout as exc:  # this job's own client: not the backend's fault
-            raise BackendFailedError(f"no connection ({type(exc).__name__})", down=False) from exc
-        except httpx.TimeoutException as exc:
-            raise BackendFailedError(f"timed out ({type(exc).__name__})", down=True) from exc
-        except httpx.HTTPError as exc:
-            raise BackendFailedError(f"{type(exc).__name__}: {exc}", down=True) from exc
-        finally:
-            shelf.put_back(url, client, answered)
-        if r.status_code in CLIENT_ERRORS:
-            raise EngineInputError(f"The backend refused the request: {response_message(r)}")
-        if r.status_code != 200:
-            down = r.status_code not in BUSY
-            raise BackendFailedError(f"HTTP {r.status_code}: {response_message(r)}", down=down)
-        try:
-            body = r.json()
-            return {"text": str(body["text"]), "language": body.get("language")}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BackendFailedError(f"unexpected answer: {r.text[:200]!r}", down=True) from exc
+            async with asyncio.timeout(self._trial_timeout):
+                await self._call(
+                    backend.url, TRIAL_WAV, self._form(backend, request), backend.headers
+                )
+        except TimeoutError:
+            return f"a trial job timed out ({self._trial_timeout:g} s)"
+        except (BackendFailedError, EngineInputError) as exc:
+            return f"a trial job failed: {exc}"
+        return None
 
     def _wait(self, future: concurrent.futures.Future[T], should_stop: ShouldStop) -> T:
         """The answer; if every caller goes first, cancel the request (its connection
@@ -295,14 +264,14 @@ class RemoteEngine:
             outcome = "cancelled"
             try:
                 form = self._form(backend, request)
-                post = self._post(backend.url, wav, form, {**headers, **backend.headers})
+                post = self._call(backend.url, wav, form, {**headers, **backend.headers})
                 answer = self._wait(self._submit(post), should_stop)
                 outcome = "answered"
                 return self._result(request, answer, time.perf_counter() - started)
             except BackendFailedError as exc:
                 outcome, failure = "failed", f"{backend.label}: {exc}"
                 if exc.down:
-                    self.pool.mark_down(backend, str(exc))
+                    self.pool.mark_down(backend, str(exc), hung=exc.hung)
                 logger.warning("remote job failed on {}: {}", backend.label, exc)
             except ValueError:
                 outcome = "answered"  # the backend refused the input: it is working

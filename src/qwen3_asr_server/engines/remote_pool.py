@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -62,6 +62,7 @@ class Backend:
     seconds: float = 0.0  # total time of answered jobs
     last_error: str | None = None
     failures: int = 0  # consecutive failed probes or jobs
+    hung: bool = False  # timed out on a job: back in the rotation only after a trial job
     next_probe: float = 0.0  # monotonic
     picked: int = 0  # when it was last chosen (round robin among equals)
     # answered jobs' times (/metrics)
@@ -166,7 +167,9 @@ class BackendPool:
                 backend.latency.observe(seconds)
 
     def mark_up(self, backend: Backend, model: str | None) -> None:
+        """Back in the rotation (a probe answered, or for a hung backend a trial job)."""
         with self._lock:
+            backend.hung = False
             if backend.state != "up":
                 logger.info("remote backend {} is up", backend.label)
             backend.state, backend.failures, backend.last_error = "up", 0, None
@@ -174,9 +177,11 @@ class BackendPool:
             if model:
                 backend.model = model
 
-    def mark_down(self, backend: Backend, reason: str) -> None:
-        """Out of the rotation; probed again after 1, 2, 4 ... s, up to the probe interval."""
+    def mark_down(self, backend: Backend, reason: str, hung: bool = False) -> None:
+        """Out of the rotation; probed again after 1, 2, 4 ... s, up to the probe interval.
+        `hung`: it timed out on a job, so only a trial job (not `/v1/models`) brings it back."""
         with self._lock:
+            backend.hung = backend.hung or hung
             if backend.state != "down":
                 logger.warning("remote backend {} is down: {}", backend.label, reason)
             backend.state, backend.last_error = "down", reason
@@ -211,8 +216,10 @@ class Prober:
         client: httpx.AsyncClient,
         timeout: float,
         on_model: Callable[[str], None] | None,
+        trial: Callable[[Backend], Awaitable[str | None]] | None = None,
     ) -> None:
         self.pool = pool
+        self._trial = trial  # a short real job, for a backend that timed out on one
         self._client = client
         self._timeout = timeout
         self._on_model = on_model
@@ -238,7 +245,15 @@ class Prober:
                 await asyncio.gather(*(self.probe(b) for b in due))
 
     async def probe(self, backend: Backend) -> None:
-        """GET /v1/models (or /health beside it): any answer but 401/403/5xx means up."""
+        """GET /v1/models (or /health beside it): any answer but 401/403/5xx means up. A
+        backend that timed out on a job must answer a trial job instead."""
+        if backend.hung and self._trial is not None:
+            why = await self._trial(backend)
+            if why is None:
+                self.pool.mark_up(backend, None)
+            else:
+                self.pool.mark_down(backend, f"timed out on a job; {why}", hung=True)
+            return
         timeout, headers = self._timeout, backend.headers
         try:
             r = await self._client.get(f"{backend.url}/models", timeout=timeout, headers=headers)
