@@ -20,8 +20,25 @@ def encode(samples: np.ndarray, rate: int, fmt: str, subtype: str | None = None)
     return buf.getvalue()
 
 
+def speech_samples(seconds: float = 1.0, rate: int = 16000, channels: int = 1) -> np.ndarray:
+    """Real speech (the committed espeak-ng sentences, repeated) of exactly this length: audio
+    the engine must hear. A tone or silence is not speech, and since issue 41 voice detection
+    keeps it from the model."""
+    from pathlib import Path
+
+    import soxr
+
+    clip, _ = sf.read(Path(__file__).parent / "data" / "speech" / "three_sentences.wav")
+    clip = clip.astype(np.float32)
+    if rate != 16000:
+        clip = soxr.resample(clip, 16000, rate).astype(np.float32)
+    wave = np.tile(clip, int(np.ceil(seconds * rate / len(clip))))[: int(seconds * rate)]
+    return np.stack([wave] * channels, axis=1) if channels > 1 else wave
+
+
 def wav_bytes(seconds: float = 1.0, rate: int = 16000, channels: int = 1) -> bytes:
-    return encode(tone(seconds, rate, channels), rate, "WAV", "PCM_16")
+    """A WAV of real speech (see `speech_samples`)."""
+    return encode(speech_samples(seconds, rate, channels), rate, "WAV", "PCM_16")
 
 
 def av_bytes(container: str, codec: str, seconds: float = 1.0, rate: int = 48000) -> bytes:

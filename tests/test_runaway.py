@@ -7,21 +7,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import openai
 import pytest
 
-from audio_files import encode
+from audio_files import wav_bytes
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.engines.qwen_guard import token_budget
 from server import live_server
-
-
-def noise_wav(seconds: float) -> bytes:
-    rng = np.random.default_rng(int(seconds))
-    return encode(
-        (rng.standard_normal(int(seconds * 16000)) * 0.1).astype(np.float32), 16000, "WAV"
-    )
 
 
 def test_token_budget_grows_with_audio_and_is_capped() -> None:
@@ -41,11 +33,11 @@ def test_after_a_burst_of_timed_out_uploads_the_next_request_is_served(qwen_sett
     )
     with live_server(create_app(settings)) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
-        client.audio.transcriptions.create(model="m", file=("w.wav", noise_wav(0.5)))  # load
-        # A budget of 3632 tokens: ~23 s on this checkpoint (measured; 120 s of noise was
+        client.audio.transcriptions.create(model="m", file=("w.wav", wav_bytes(0.5)))  # load
+        # A budget of 3632 tokens: ~23 s on this checkpoint (measured; 120 s of audio was
         # 3.3 s, and on a busy machine one upload finished before its 1.5 s timeout fired),
         # 15x the timeout: the caller has gone long before, and its decode is stopped.
-        long = noise_wav(300)
+        long = wav_bytes(300)
 
         def upload(_: int) -> int:
             try:
@@ -58,7 +50,7 @@ def test_after_a_burst_of_timed_out_uploads_the_next_request_is_served(qwen_sett
             statuses = list(pool.map(upload, range(3)))
         assert statuses == [504, 504, 504]
         started = time.monotonic()
-        result = client.audio.transcriptions.create(model="m", file=("s.wav", noise_wav(1.0)))
+        result = client.audio.transcriptions.create(model="m", file=("s.wav", wav_bytes(1.0)))
         assert isinstance(result.text, str)
         assert time.monotonic() - started < settings.request_timeout
         assert srv.ctx.scheduler.depth == 0

@@ -16,7 +16,7 @@ import soundfile as sf
 import speech
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.vad import SileroModel, has_speech
+from qwen3_asr_server.vad import SileroModel, has_speech, may_be_silent, may_hold_speech
 from server import LiveServer, live_server
 
 RNG = np.random.default_rng(7)
@@ -47,6 +47,16 @@ def sentence() -> np.ndarray:
     return sf.read(speech.path("sentence_02.wav"), dtype="float32")[0]
 
 
+def test_loud_audio_goes_to_the_model_without_voice_detection() -> None:
+    """Only quiet segments are asked of the VAD: ordinary speech never loads it (~45 MB in the
+    server process), and a loud segment is taken as it is."""
+    assert not may_be_silent(sentence())
+    assert not may_be_silent((0.3 * np.sin(np.arange(16000) / 5)).astype(np.float32))
+    for samples in SILENT.values():
+        assert may_be_silent(samples)
+    assert may_be_silent(sentence() * 0.01)  # speech at -40 dB: the VAD decides
+
+
 def test_voice_detection_tells_speech_from_silence() -> None:
     vad = SileroModel()
     for samples in SILENT.values():
@@ -55,6 +65,8 @@ def test_voice_detection_tells_speech_from_silence() -> None:
     # speech at the very end of a long silence is found (the whole stretch is read)
     assert has_speech(vad, np.concatenate([np.zeros(40 * 16000, np.float32), sentence()]))
     assert not has_speech(vad, np.zeros(0, np.float32))
+    assert may_hold_speech(vad, sentence() * 0.01)  # quiet speech is still heard
+    assert not may_hold_speech(vad, SILENT["room noise at -50 dB"])
 
 
 @pytest.mark.parametrize("name", list(SILENT))

@@ -121,7 +121,8 @@ class Settings(BaseSettings):
     is down is probed again after 1, 2, 4 ... seconds up to this."""
     remote_call_timeout: float | None = Field(default=None, gt=0)
     """Remote engine: seconds one backend has to answer one job before the job is retried on
-    another backend; unset: half of REQUEST_TIMEOUT, so the retry fits in the job's time. A
+    another backend; unset: half of REQUEST_TIMEOUT with two or more backends (the retry fits
+    in the job's time), all of it with one (nowhere to retry). A
     backend that timed out on a job stays out of the rotation until a short trial job
     succeeds (its `/v1/models` answering is not enough: the engine behind it may hang)."""
     remote_connect_timeout: float = Field(default=2.0, gt=0, le=60)
@@ -183,8 +184,8 @@ class Settings(BaseSettings):
     decode. Times in the answer are on the original timeline. 0 keeps the audio as is."""
     segment_vad: bool = True
     """Find the pauses with Silero VAD (ONNX); false uses the quietest stretch (energy).
-    With VAD, a segment in which it hears no speech is not transcribed (silence answers
-    empty text, not the words models invent in it)."""
+    With VAD, a quiet segment (under -35 dBFS) in which it hears no speech is not
+    transcribed: silence answers empty text, not the words models invent in it."""
 
     sse_chunk_seconds: float | None = Field(default=None, ge=5, le=300)
     """The seed's SSE chunk length: here it caps the segment length of the streaming routes

@@ -43,7 +43,7 @@ from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from .segmentation import CutRules, Segmenter, Span
 from .text import collapse_repetitions
 from .transcript import Transcript
-from .vad import has_speech
+from .vad import may_hold_speech
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,11 @@ class Transcriber:
                         # is busy and the rest is queued with it: its event comes early
                         batch = not (long_form and span.start == 0)
                         segment = source.take(span.start, span.end)
-                        job = self._segment_job(engine, segment, span, options, long_form, batch)
+                        # checked here, in order, so segments reach the queue in order
+                        heard = await self._hears_speech(segment)
+                        job = self._segment_job(
+                            engine, segment, span, options, long_form, batch, heard
+                        )
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
                         pos = end
                     span, task, submitted = window.popleft()
@@ -149,6 +153,12 @@ class Transcriber:
                 for _, task, _ in window:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
+
+    async def _hears_speech(self, samples: np.ndarray) -> bool:
+        """Whether the segment may hold speech: loud audio is taken as it is; a quiet
+        segment is asked of voice detection (True without one: SEGMENT_VAD off)."""
+        vad = self.segmenter.vad
+        return vad is None or await vad.run(may_hold_speech, vad, samples)
 
     def _batches(self, engine: Engine, options: Options) -> bool:
         """May a long file's segments share engine calls?"""
@@ -171,12 +181,11 @@ class Transcriber:
         options: Options,
         long_form: bool,
         batch_ok: bool,
+        heard: bool = True,
     ) -> TranscribeResult:
-        request = self._request(samples, options, long_form)
-        vad = self.segmenter.vad
-        if vad is not None and not await vad.run(has_speech, vad, samples):
-            # silence never reaches the model: whisper and Qwen both hear words in it
+        if not heard:  # silence never reaches the model: whisper and Qwen hear words in it
             return TranscribeResult(text="", language=options.request.language)
+        request = self._request(samples, options, long_form)
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
         batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)

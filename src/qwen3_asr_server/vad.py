@@ -158,6 +158,18 @@ def fill_no_speech_probs(model: SileroModel, samples: np.ndarray, segments: list
 SPEECH_PROB = 0.5  # Silero's own threshold for speech
 MIN_SPEECH_FRAMES = 3  # ~100 ms of it in a row: shorter is a click, not a word
 SILENT_PEAK = 1e-4  # -80 dBFS: digital silence, no model call needed
+LOUD_RMS = 0.018  # -35 dBFS over 32 ms: loud enough that the segment may hold speech
+
+
+def may_be_silent(samples: np.ndarray) -> bool:
+    """No 32 ms of `samples` reaches -35 dBFS (RMS): near-silence, room noise, or quiet
+    speech, which voice detection must tell apart. Louder audio goes to the model as it is,
+    so an upload of ordinary speech never loads the VAD (~45 MB in the server process)."""
+    frames = len(samples) // FRAME
+    if frames == 0:
+        return True
+    power = np.square(samples[: frames * FRAME].reshape(frames, FRAME), dtype=np.float32)
+    return float(np.sqrt(power.mean(axis=1).max())) < LOUD_RMS
 
 
 def has_speech(model: SileroModel, samples: np.ndarray, chunk_frames: int = 32) -> bool:
@@ -178,3 +190,9 @@ def has_speech(model: SileroModel, samples: np.ndarray, chunk_frames: int = 32) 
             if run >= MIN_SPEECH_FRAMES:
                 return True
     return False
+
+
+def may_hold_speech(model: SileroModel, samples: np.ndarray) -> bool:
+    """False only for a quiet segment in which voice detection hears no speech: what an
+    upload's segment must be to skip the model. Blocking: run it on the VAD threads."""
+    return not may_be_silent(samples) or has_speech(model, samples)

@@ -21,8 +21,9 @@ Each job goes to the backend with the fewest jobs in flight (round robin among e
 backend that refuses, times out or drops a connection is taken out of the rotation and
 probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL: the pool and its Prober are
 `remote_pool.py`); the job is retried once on another backend. One call to a backend has its
-own timeout (REMOTE_CALL_TIMEOUT, half the job's REQUEST_TIMEOUT by default), so a retry fits
-in the job's time. A backend that timed out on a job comes back only when a short trial job
+own timeout (REMOTE_CALL_TIMEOUT; by default half the job's REQUEST_TIMEOUT when there is
+another backend to retry on), so a retry fits in the job's time. A backend that timed out on
+a job comes back only when a short trial job
 succeeds: a hung engine behind a `/v1/models` that still answers is not taken back by its
 probe. With every backend down the job fails with BackendUnavailableError (503).
 
@@ -86,7 +87,8 @@ class RemoteEngine:
         self._model = model
         self.model_id = model or "remote"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        call = call_timeout or request_timeout / 2  # one call: the job keeps time for a retry
+        # one call: with another backend to retry on, half the job's time, so the retry fits
+        call = call_timeout or (request_timeout / 2 if len(urls) > 1 else request_timeout)
         self._timeout = httpx.Timeout(call, connect=connect_timeout)
         self._trial_timeout = min(call, TRIAL_TIMEOUT)
         self._probe_timeout = connect_timeout
