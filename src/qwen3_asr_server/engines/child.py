@@ -3,9 +3,11 @@ told in words (a signal by name)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from typing import Any
 
 
 def watch_parent(parent_pid: int) -> None:
@@ -29,3 +31,14 @@ def exit_text(code: int | None) -> str:
         text = signal.strsignal(sig)
         return f"signal {sig.name} ({text})" if text else f"signal {sig.name}"
     return f"exit code {code}"
+
+
+def stop_child(process: Any, conn: Any) -> None:
+    """Ask a child to exit over its pipe, wait 10 s, then kill it; close the pipe."""
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(("exit",))
+    process.join(10)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
+    conn.close()

@@ -30,7 +30,7 @@ from loguru import logger
 
 from ..pcm import SAMPLE_RATE
 from .base import EngineCrashedError, engine_errors
-from .child import exit_text, watch_parent
+from .child import exit_text, stop_child, watch_parent
 from .diarize import Diarization, SenkoDiarizer
 from .status import DiarizerStatus
 from .wrapping import POLL
@@ -117,15 +117,8 @@ class ProcessDiarizer:
         process, conn = self._process, self._conn
         self._process = self._conn = None
         self.state = "stopped"
-        if process is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(("exit",))
-        process.join(10)
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-        conn.close()
+        if process is not None:
+            stop_child(process, conn)
 
     def _died(self, process: Any) -> str:
         process.join(1)

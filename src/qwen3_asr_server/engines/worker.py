@@ -19,7 +19,6 @@ the CUDA context). The server process never imports torch.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -40,7 +39,7 @@ from .base import (
     engine_errors,
     never_stop,
 )
-from .child import exit_text, watch_parent
+from .child import exit_text, stop_child, watch_parent
 from .spec import EngineSpec
 from .status import EngineStatus, WorkerStatus
 from .wrapping import EngineWrapper, wait_or_cancel
@@ -136,15 +135,8 @@ class WorkerEngine(EngineWrapper):
         self._process = self._conn = None
         self._facts = {}
         self.state = "stopped"
-        if process is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(("exit",))
-        process.join(10)
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-        conn.close()
+        if process is not None:
+            stop_child(process, conn)
 
     def _watch(self, process: Any) -> None:
         """Notice the child's exit when it happens, not at the next call. A call in flight
