@@ -28,9 +28,9 @@ import numpy as np
 import soundfile as sf
 
 import speech
-from qwen3_asr_server.compaction import Source, compact
-from qwen3_asr_server.long_form import FIRST_SEGMENT_SECONDS
-from qwen3_asr_server.segmentation import Segmenter
+from qwen3_asr_server.audio.compaction import Source, compact
+from qwen3_asr_server.audio.segmentation import Segmenter
+from qwen3_asr_server.transcription.long_form import FIRST_SEGMENT_SECONDS
 
 SR = 16000
 

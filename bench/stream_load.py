@@ -30,7 +30,7 @@ import numpy as np
 import soxr
 from websockets.asyncio.client import ClientConnection, connect
 
-from qwen3_asr_server import g711
+from qwen3_asr_server.audio import g711
 from streaming_client import load, pcm16
 
 CLIP = "three_sentences.wav"

@@ -15,7 +15,7 @@ import soxr
 from pydantic import ValidationError
 
 from contract import check_realtime_event
-from qwen3_asr_server import g711
+from qwen3_asr_server.audio import g711
 from server import LiveServer
 from streaming_client import pcm16
 

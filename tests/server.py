@@ -13,7 +13,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from qwen3_asr_server.serve import Server
+from qwen3_asr_server.cli.serve import Server
 
 
 def free_port() -> int:

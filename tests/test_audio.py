@@ -7,9 +7,9 @@ import pytest
 
 from audio_files import av_bytes, encode, encode_av, quiet_start_speech, tone, wav_bytes
 from qwen3_asr_server.api.error_table import http_status, openai_body
-from qwen3_asr_server.audio import decode_audio, pcm16_to_float, probe_seconds
+from qwen3_asr_server.audio.decode import decode_audio, pcm16_to_float, probe_seconds
+from qwen3_asr_server.audio.pcm import SAMPLE_RATE
 from qwen3_asr_server.errors import BadRequestError, InvalidAudioError, TooLargeError
-from qwen3_asr_server.pcm import SAMPLE_RATE
 
 
 @pytest.mark.parametrize(

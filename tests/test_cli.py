@@ -15,7 +15,7 @@ import pytest
 
 import speech
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.cli import build_parser, load_settings
+from qwen3_asr_server.cli.main import build_parser, load_settings
 from qwen3_asr_server.config import Settings
 from server import live_server
 

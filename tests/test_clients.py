@@ -261,8 +261,8 @@ def test_litellm_sdk(installed: None, whisper_server: LiveServer, wav: Path) -> 
 
 # -- what the clients needed from the server ---------------------------------------------------
 def test_no_speech_prob_comes_from_the_vad_where_the_engine_has_none() -> None:
+    from qwen3_asr_server.audio.vad import SileroModel, fill_no_speech_probs
     from qwen3_asr_server.transcript import Segment
-    from qwen3_asr_server.vad import SileroModel, fill_no_speech_probs
 
     speech_audio, _ = sf.read(speech.path(SENTENCE), dtype="float32")
     samples = np.concatenate([speech_audio, np.zeros(3 * 16000, np.float32)])

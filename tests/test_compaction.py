@@ -19,12 +19,12 @@ import speech
 from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.compaction import Source, compact
+from qwen3_asr_server.audio.compaction import Source, compact
+from qwen3_asr_server.audio.segmentation import Segmenter, Span
 from qwen3_asr_server.engines import create_engine
 from qwen3_asr_server.engines.base import TranscribeResult
-from qwen3_asr_server.long_form import shift
-from qwen3_asr_server.segmentation import Segmenter, Span
 from qwen3_asr_server.transcript import Segment, Word
+from qwen3_asr_server.transcription.long_form import shift
 from server import live_server
 from wer import normalize, wer
 

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from qwen3_asr_server.config import Settings
+from qwen3_asr_server.models.choice import default_model_id
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
 
@@ -26,8 +27,8 @@ def test_env_vars_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_default_model_depends_on_device() -> None:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert settings.resolved_model_id(cuda=False) == "Qwen/Qwen3-ASR-0.6B"
-    assert settings.resolved_model_id(cuda=True) == "Qwen/Qwen3-ASR-1.7B"
+    assert default_model_id(settings, cuda=False) == "Qwen/Qwen3-ASR-0.6B"
+    assert default_model_id(settings, cuda=True) == "Qwen/Qwen3-ASR-1.7B"
 
 
 def test_bad_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from qwen3_asr_server.api import uploads
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
-from qwen3_asr_server.formats import compression_ratio
+from qwen3_asr_server.outputs.formats import compression_ratio
 from server import LiveServer, live_server
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest
+from qwen3_asr_server.engines.base import TranscribeRequest
 from qwen3_asr_server.engines.qwen import QwenEngine
 from qwen3_asr_server.engines.whisper import WhisperEngine
+from qwen3_asr_server.errors import ModelLoadError
 
 
 def cuda_available() -> bool:

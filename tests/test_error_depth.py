@@ -18,14 +18,14 @@ import pytest
 from qwen3_asr_server import errors
 from qwen3_asr_server.api.disconnect import ClientClosedError
 from qwen3_asr_server.api.error_table import http_headers, http_status, openai_body
-from qwen3_asr_server.audio import Audio
+from qwen3_asr_server.audio.decode import Audio
+from qwen3_asr_server.audio.segmentation import Segmenter
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines.base import EngineInputError, engine_errors
 from qwen3_asr_server.errors import ServiceError
-from qwen3_asr_server.lifecycle import ModelManager
-from qwen3_asr_server.scheduler import PriorityScheduler
-from qwen3_asr_server.segmentation import Segmenter
-from qwen3_asr_server.service import Options, Transcriber
+from qwen3_asr_server.runtime.lifecycle import ModelManager
+from qwen3_asr_server.runtime.scheduler import PriorityScheduler
+from qwen3_asr_server.transcription.service import Options, Transcriber
 
 INVALID, SERVER = "invalid_request_error", "server_error"
 
@@ -79,8 +79,9 @@ def test_no_domain_error_carries_http() -> None:
 
 def test_the_core_imports_no_web_framework() -> None:
     code = (
-        "import sys; import qwen3_asr_server.scheduler, qwen3_asr_server.service, "
-        "qwen3_asr_server.lifecycle, qwen3_asr_server.budget, qwen3_asr_server.audio; "
+        "import sys; import qwen3_asr_server.runtime.scheduler, "
+        "qwen3_asr_server.transcription.service, qwen3_asr_server.runtime.lifecycle, "
+        "qwen3_asr_server.audio.budget, qwen3_asr_server.audio.decode; "
         "print(sorted(m for m in ('fastapi', 'starlette', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -326,8 +326,8 @@ def test_check_names_the_fallback_offline(tmp_path: Path) -> None:
 def test_a_library_error_becomes_two_sentences_with_the_fix(tmp_path: Path) -> None:
     """The 503 for a load that failed inside a library: what is wrong and the command that
     fixes it, never the library's exception text (that goes to the log)."""
-    from qwen3_asr_server.engines.base import ModelLoadError
-    from qwen3_asr_server.model_plan import short_load_error
+    from qwen3_asr_server.errors import ModelLoadError
+    from qwen3_asr_server.models.plan import short_load_error
 
     def failed(message: str, cause: Exception) -> ModelLoadError:
         error = ModelLoadError(message)

@@ -9,7 +9,7 @@ import srt
 import webvtt
 
 from contract import check_transcription
-from qwen3_asr_server.formats import (
+from qwen3_asr_server.outputs.formats import (
     compression_ratio,
     json_body,
     timestamp,
@@ -17,8 +17,8 @@ from qwen3_asr_server.formats import (
     to_vtt,
     verbose_json_body,
 )
-from qwen3_asr_server.timestamps import spread_words
 from qwen3_asr_server.transcript import Segment, Transcript, Word
+from qwen3_asr_server.transcription.timestamps import spread_words
 
 SEGMENTS = [
     Segment(0.0, 2.5, "Hello there."),

@@ -64,7 +64,7 @@ async def test_audio_past_the_session_limit_is_refused_whole() -> None:
 async def test_g711_is_decoded_then_resampled_like_8_khz_pcm() -> None:
     """μ-law and A-law bytes (one a sample) give the 16 kHz audio 8 kHz PCM gives, within
     G.711's quantisation; a switch of encoding mid-session takes effect."""
-    from qwen3_asr_server import g711
+    from qwen3_asr_server.audio import g711
 
     audio = tone(8000, 1.0)
     pcm_sink = Sink()

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from qwen3_asr_server.api.error_table import http_status
-from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest, TranscribeResult
-from qwen3_asr_server.errors import UnavailableError
-from qwen3_asr_server.hub_fetch import BackgroundDownload
-from qwen3_asr_server.lifecycle import ModelManager
+from qwen3_asr_server.engines.base import TranscribeRequest, TranscribeResult
+from qwen3_asr_server.errors import ModelLoadError, UnavailableError
+from qwen3_asr_server.models.hub_fetch import BackgroundDownload
+from qwen3_asr_server.runtime.lifecycle import ModelManager
 
 
 class FakeEngine:

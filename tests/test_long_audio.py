@@ -23,7 +23,7 @@ from contract import check_stream, check_transcription, sse_data
 from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.compaction import compact
+from qwen3_asr_server.audio.compaction import compact
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from server import LiveServer, live_server
@@ -293,7 +293,7 @@ def test_one_long_upload_batches_its_own_segments_and_keeps_its_text() -> None:
 
 def test_a_realtime_job_runs_between_two_segments_of_a_long_upload() -> None:
     """Segments are separate jobs, so real-time work does not wait for the whole file."""
-    from qwen3_asr_server.scheduler import REALTIME
+    from qwen3_asr_server.runtime.scheduler import REALTIME
 
     engine = Recording(create_engine(whisper_settings()), delay=0.2)
     with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]

@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from qwen3_asr_server.audio import Audio
+from qwen3_asr_server.audio.decode import Audio
+from qwen3_asr_server.audio.segmentation import Segmenter
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines.base import TranscribeRequest, TranscribeResult
-from qwen3_asr_server.lifecycle import ModelManager
-from qwen3_asr_server.scheduler import PriorityScheduler
-from qwen3_asr_server.segmentation import Segmenter
-from qwen3_asr_server.service import Options, Transcriber
+from qwen3_asr_server.runtime.lifecycle import ModelManager
+from qwen3_asr_server.runtime.scheduler import PriorityScheduler
 from qwen3_asr_server.transcript import Segment
+from qwen3_asr_server.transcription.service import Options, Transcriber
 
 
 class EchoEngine:

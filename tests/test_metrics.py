@@ -115,7 +115,7 @@ def test_engine_histograms_count_a_value_on_a_bound_in_that_bucket() -> None:
     from prometheus_client.core import HistogramMetricFamily
 
     from qwen3_asr_server.engines.status import Buckets
-    from qwen3_asr_server.metrics import _add
+    from qwen3_asr_server.runtime.metrics import _add
 
     buckets = Buckets(bounds=(0.1, 1))  # an int bound is spelt as prometheus_client does: 1.0
     for v in (0.1, 0.5, 1.0, 7.0):

@@ -15,12 +15,14 @@ from qwen_asr.inference.qwen3_forced_aligner import Qwen3ForceAlignProcessor
 
 from audio_files import encode
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.config import DEFAULT_CPU_MODEL, Settings
+from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
-from qwen3_asr_server.engines.base import ModelLoadError, TranscribeRequest, never_stop
+from qwen3_asr_server.engines.base import TranscribeRequest, never_stop
 from qwen3_asr_server.engines.qwen import QwenEngine, duration_groups, padded
 from qwen3_asr_server.engines.qwen_load import choose_attention, choose_dtype
 from qwen3_asr_server.engines.word_times import words_from_items
+from qwen3_asr_server.errors import ModelLoadError
+from qwen3_asr_server.models.choice import DEFAULT_CPU_MODEL
 from qwen3_asr_server.text import join_texts
 from server import live_server
 
@@ -203,7 +205,7 @@ def test_a_clip_of_a_few_samples_is_transcribed_not_a_500(qwen_settings) -> None
 
 def test_the_default_model_follows_the_device_torch_sees(monkeypatch: pytest.MonkeyPatch) -> None:
     """An NVIDIA driver without a CUDA torch must not pick the 1.7B model."""
-    monkeypatch.setattr("qwen3_asr_server.engines.gpu_present", lambda: True)
+    monkeypatch.setattr("qwen3_asr_server.models.choice.gpu_present", lambda: True)
     tried: list[str] = []
 
     def offline(path: str, setting: str, **kwargs: Any) -> None:

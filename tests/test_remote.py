@@ -338,7 +338,7 @@ def test_settings_refuse_remote_without_backends() -> None:
 
 
 def test_threads_start_and_stop_with_the_scheduler() -> None:
-    from qwen3_asr_server.scheduler import PriorityScheduler
+    from qwen3_asr_server.runtime.scheduler import PriorityScheduler
 
     scheduler = PriorityScheduler(4, workers=3)
     scheduler.start()

@@ -11,7 +11,13 @@ import pytest
 
 from qwen3_asr_server.api.error_table import http_headers, http_status
 from qwen3_asr_server.errors import QueueFullError, RequestTimeoutError
-from qwen3_asr_server.scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
+from qwen3_asr_server.runtime.scheduler import (
+    BATCH,
+    PARTIAL,
+    REALTIME,
+    BatchSpec,
+    PriorityScheduler,
+)
 
 
 @pytest.fixture

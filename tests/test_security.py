@@ -19,7 +19,7 @@ from starlette.routing import Mount
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.engines.remote_pool import BackendPool, split_credentials
-from qwen3_asr_server.redact import redact_url
+from qwen3_asr_server.logging import redact_url
 from server import LiveServer, live_server
 
 KEY = "k3y"

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import speech
 from proc import ServerProcess
 from qwen3_asr_server.config import Settings
-from qwen3_asr_server.subtitles import build_cues, cue_rules
+from qwen3_asr_server.outputs.subtitles import build_cues, cue_rules
 from qwen3_asr_server.transcript import Segment, Word
 
 # The seed's documented settings (its README's configuration tables and .env.example), with
@@ -232,8 +232,8 @@ def test_subtitle_and_chunk_settings_through_the_server(tmp_path: Path) -> None:
 def test_partial_cadence_follows_ws_buffer_size() -> None:
     import asyncio
 
+    from qwen3_asr_server.audio.vad import SileroModel
     from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
-    from qwen3_asr_server.vad import SileroModel
     from streaming_client import load
 
     async def partial_calls(interval: float) -> list[float]:

@@ -9,9 +9,9 @@ import pytest
 import soundfile as sf
 
 import speech
-from qwen3_asr_server.pcm import quietest_point
-from qwen3_asr_server.segmentation import Segmenter
-from qwen3_asr_server.vad import SileroModel
+from qwen3_asr_server.audio.pcm import quietest_point
+from qwen3_asr_server.audio.segmentation import Segmenter
+from qwen3_asr_server.audio.vad import SileroModel
 
 RATE = 16000
 
@@ -86,7 +86,7 @@ def test_vad_does_not_import_torch() -> None:
 
     code = (
         "import sys, numpy as np\n"
-        "from qwen3_asr_server.vad import SileroModel\n"
+        "from qwen3_asr_server.audio.vad import SileroModel\n"
         "SileroModel().stream().probs(np.zeros(16000, dtype=np.float32))\n"
         "print('torch' in sys.modules)\n"
     )

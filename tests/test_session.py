@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from qwen3_asr_server.audio.vad import FRAME, SileroModel
 from qwen3_asr_server.streaming.agreement import Draft, LocalAgreement
 from qwen3_asr_server.streaming.events import (
     Committed,
@@ -19,7 +20,6 @@ from qwen3_asr_server.streaming.events import (
 )
 from qwen3_asr_server.streaming.registry import SessionRegistry
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
-from qwen3_asr_server.vad import FRAME, SileroModel
 from streaming_client import load
 
 

@@ -16,7 +16,7 @@ import soundfile as sf
 import speech
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.vad import SileroModel, has_speech, may_be_silent, may_hold_speech
+from qwen3_asr_server.audio.vad import SileroModel, has_speech, may_be_silent, may_hold_speech
 from server import LiveServer, live_server
 
 RNG = np.random.default_rng(7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from qwen3_asr_server.subtitles import CueRules, build_cues, display_width, wrap
+from qwen3_asr_server.outputs.subtitles import CueRules, build_cues, display_width, wrap
 from qwen3_asr_server.transcript import Segment, Word
 
 

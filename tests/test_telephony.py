@@ -17,8 +17,8 @@ from loguru import logger
 import speech
 from engines import Capturing
 from helpers import whisper_settings
-from qwen3_asr_server import g711
 from qwen3_asr_server.app import create_app
+from qwen3_asr_server.audio import g711
 from qwen3_asr_server.engines import create_engine
 from realtime_client import client_for, collect, completed, encode, send
 from server import LiveServer, live_server

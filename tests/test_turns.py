@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qwen3_asr_server.audio.vad import FRAME
 from qwen3_asr_server.streaming.session import StreamConfig
 from qwen3_asr_server.streaming.turns import (
     EarlyFinalPoint,
@@ -16,7 +17,6 @@ from qwen3_asr_server.streaming.turns import (
     TurnEvent,
     TurnStarted,
 )
-from qwen3_asr_server.vad import FRAME
 
 
 def frame(value: float = 0.1) -> np.ndarray:

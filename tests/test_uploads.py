@@ -20,8 +20,8 @@ from proc import ServerProcess
 from qwen3_asr_server.api import uploads
 from qwen3_asr_server.api.error_table import http_status
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.audio import decode_audio, probe_seconds
-from qwen3_asr_server.budget import AudioBudget
+from qwen3_asr_server.audio.budget import AudioBudget
+from qwen3_asr_server.audio.decode import decode_audio, probe_seconds
 from qwen3_asr_server.errors import TooLargeError, UnavailableError
 from server import live_server
 from upload_load import idle, leave_early, many_big, metric, quiet_flac, vm
@@ -244,8 +244,8 @@ def test_verbose_json_without_a_vad_keeps_the_documented_stand_in(
     monkeypatch,  # type: ignore[no-untyped-def]
 ) -> None:
     """Silero VAD is an optional extra: without it no_speech_prob is 0.0, not a 500."""
-    from qwen3_asr_server import vad
-    from qwen3_asr_server.engines.base import ModelLoadError
+    from qwen3_asr_server.audio import vad
+    from qwen3_asr_server.errors import ModelLoadError
 
     def absent() -> None:
         raise ModelLoadError("Silero VAD is not installed")

@@ -1,4 +1,4 @@
-"""The streaming sessions' VAD, batched across sessions (vad_batch.py), on the real Silero
+"""The streaming sessions' VAD, batched across sessions (`audio/vad.py`), on the real Silero
 ONNX model: the same probabilities as one stream at a time, fewer model calls under load,
 frames of one stream kept in order, and failures reaching every caller."""
 
@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qwen3_asr_server.vad import CONTEXT, FRAME, SileroModel
-from qwen3_asr_server.vad_batch import MAX_FRAMES
+from qwen3_asr_server.audio.vad import CONTEXT, FRAME, MAX_FRAMES, SileroModel
 from streaming_client import load
 
 

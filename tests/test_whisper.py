@@ -17,10 +17,12 @@ import speech
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
-from qwen3_asr_server.engines import ModelLoadError, create_engine, detect_engine
+from qwen3_asr_server.engines import create_engine
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.whisper import WhisperEngine, resolve_model_path
+from qwen3_asr_server.engines.whisper import WhisperEngine
 from qwen3_asr_server.engines.whisper_batch import tail_start
+from qwen3_asr_server.errors import ModelLoadError
+from qwen3_asr_server.models.choice import detect_engine, resolve_model_path
 from server import LiveServer, live_server
 from wer import normalize, wer
 

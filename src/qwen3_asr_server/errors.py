@@ -6,6 +6,11 @@ know nothing of HTTP: the one table that maps them to a status and OpenAI's erro
 from __future__ import annotations
 
 
+class ModelLoadError(Exception):
+    """A model (the engine's, the voice detector's) could not be loaded; the message says why
+    and how to fix it. Raised below the service, which turns it into a 503."""
+
+
 class ServiceError(Exception):
     """A failure the caller hears about. A plain ServiceError is the server's fault."""
 

@@ -1,5 +1,5 @@
 """loguru setup: stdlib and uvicorn logs are intercepted, every line carries the request id,
-and no line carries a secret."""
+and no line carries a secret (nor does a URL shown anywhere: `redact_url`)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,19 @@ def setup_logging(level: str = "INFO", json: bool = False) -> None:
     # httpx logs every request at INFO (the remote engine makes one per job): DEBUG is enough.
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(std_level, logging.WARNING))
+
+
+def redact_url(url: str) -> str:
+    """`url` as it may be shown (/health, /metrics, logs, error messages): the password in
+    its userinfo replaced by `***` (`http://user:***@host/v1`); a userinfo without a
+    password (it may be a token) is `***` as a whole."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}{sep}{shown}@{host}{rest[end:]}"

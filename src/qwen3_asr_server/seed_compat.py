@@ -1,15 +1,14 @@
 """The seed server's setting names, as `Settings` accepts them: the seed's names for settings
 we have under our own (ours win), its defaults where they differ, and its settings that are
 refused with the reason. The fields themselves are in `config.py` with the others (one
-class); this module only maps and refuses. Imports nothing from the package at run time.
+class); this module only maps and refuses, on the values alone: it imports nothing from the
+package.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .config import Settings
+from collections.abc import Mapping, Set
+from typing import Any
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the seed's (stdlib) aliases
@@ -36,51 +35,59 @@ REFUSED = {
 SEED_TRANSLATE_MODEL = "gemma3:12b"
 
 
-def apply_seed_settings(settings: Settings, notes: list[str]) -> None:
-    """Map the seed's names onto ours and refuse what is not offered (ValueError). What was
-    overridden or has no effect is appended to `notes` (logged at start)."""
+def seed_settings(values: Mapping[str, Any], chosen: Set[str], notes: list[str]) -> dict[str, Any]:
+    """The settings' `values` with the seed's names mapped onto ours: the fields to change
+    (ours win; `chosen` are the fields set explicitly). What was overridden or has no effect
+    is appended to `notes` (logged at start); what is not offered raises ValueError."""
+    updates: dict[str, Any] = {}
     for seed, ours in (
         ("openai_base_url", "translate_base_url"),
         ("openai_api_key", "translate_api_key"),
     ):
-        if getattr(settings, seed) is None:
+        if values[seed] is None:
             continue
-        if getattr(settings, ours) is None:
-            setattr(settings, ours, getattr(settings, seed))
-        elif getattr(settings, ours) != getattr(settings, seed):
+        if values[ours] is None:
+            updates[ours] = values[seed]
+        elif values[ours] != values[seed]:
             notes.append(f"{seed.upper()} is ignored: {ours.upper()} is set and wins")
-    if settings.openai_base_url is not None and settings.translate_model is None:
-        settings.translate_model = SEED_TRANSLATE_MODEL
+    if values["openai_base_url"] is not None and values["translate_model"] is None:
+        updates["translate_model"] = SEED_TRANSLATE_MODEL
         notes.append(f"TRANSLATE_MODEL unset: the seed's default {SEED_TRANSLATE_MODEL} is used")
-    if settings.ws_buffer_size is not None:
-        if "ws_partial_interval" in settings.model_fields_set:
+    if values["ws_buffer_size"] is not None:
+        if "ws_partial_interval" in chosen:
             notes.append("WS_BUFFER_SIZE is ignored: WS_PARTIAL_INTERVAL is set and wins")
         else:
-            settings.ws_partial_interval = max(0.1, settings.ws_buffer_size / BYTES_PER_SECOND)
-    if settings.sse_overlap_seconds:
+            updates["ws_partial_interval"] = max(0.1, values["ws_buffer_size"] / BYTES_PER_SECOND)
+    if values["sse_overlap_seconds"]:
         notes.append("SSE_OVERLAP_SECONDS has no effect: segments are cut at pauses")
-    if settings.ws_overlap_size:
+    if values["ws_overlap_size"]:
         notes.append("WS_OVERLAP_SIZE has no effect: partials re-decode the utterance")
-    if settings.worker_host is not None or settings.worker_port is not None:
+    if values["worker_host"] is not None or values["worker_port"] is not None:
         notes.append("WORKER_HOST/WORKER_PORT have no effect: the worker talks over a pipe")
-    if settings.quantize == "fp8":
+    refuse_quantize(values["quantize"], values["dtype"], values["device"])
+    for name, reason in REFUSED.items():
+        if values[name] not in (None, False, 0):  # the seed's defaults pass
+            raise ValueError(f"{name.upper()} is not offered: {reason}")
+    return updates
+
+
+def refuse_quantize(quantize: str | None, dtype: str, device: str) -> None:
+    """The seed's QUANTIZE values that cannot run here (ValueError)."""
+    if quantize == "fp8":
         raise ValueError(
             "QUANTIZE=fp8 is not available: it needs a CUDA GPU of compute capability "
             "8.9+ with torchao, not built or tested here; use DTYPE=bfloat16"
         )
-    if settings.quantize == "int8" and settings.dtype in ("bfloat16", "float16"):
+    if quantize == "int8" and dtype in ("bfloat16", "float16"):
         raise ValueError(
-            f"QUANTIZE=int8 quantizes float32 weights for the CPU; DTYPE={settings.dtype} "
+            f"QUANTIZE=int8 quantizes float32 weights for the CPU; DTYPE={dtype} "
             "cannot run with it (every request would fail): use DTYPE=auto or float32"
         )
-    if settings.quantize == "int8" and settings.device == "cuda":
+    if quantize == "int8" and device == "cuda":
         raise ValueError(
             "QUANTIZE=int8 is implemented on CPU only (the seed's bitsandbytes GPU path is "
             "not offered); on CUDA use DTYPE=bfloat16"
         )
-    for name, reason in REFUSED.items():
-        if getattr(settings, name) not in (None, False, 0):  # the seed's defaults pass
-            raise ValueError(f"{name.upper()} is not offered: {reason}")
 
 
 def log_level(value: str) -> str:

@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from ..budget import AudioBudget
+from ..audio.budget import AudioBudget
+from ..audio.vad import SileroModel
 from ..config import Settings
 from ..errors import AuthError
-from ..lifecycle import ModelManager
-from ..metrics import Metrics
-from ..scheduler import PriorityScheduler
-from ..service import Transcriber
+from ..outputs.translate import Translator
+from ..runtime.lifecycle import ModelManager
+from ..runtime.metrics import Metrics
+from ..runtime.scheduler import PriorityScheduler
 from ..streaming.registry import SessionRegistry
-from ..translate import Translator
-from ..vad import SileroModel
+from ..transcription.service import Transcriber
 from .secret_store import PREFIX, ClientSecretStore
 
 

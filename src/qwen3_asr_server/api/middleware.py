@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthError
 from ..logging import REQUEST_ID
-from ..metrics import Metrics
+from ..runtime.metrics import Metrics
 from .deps import check_api_key
 from .error_table import error_body, http_status, openai_body
 

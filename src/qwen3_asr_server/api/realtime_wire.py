@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..formats import logprobs_body, token_usage_body
+from ..outputs.formats import logprobs_body, token_usage_body
 from ..streaming.events import (
     Committed,
     Final,

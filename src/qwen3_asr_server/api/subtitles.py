@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from ..diarization import SpeakerTranscriber
 from ..errors import BadRequestError
-from ..formats import to_srt, to_vtt
-from ..subtitles import build_cues, cue_rules, cue_segments
+from ..outputs.diarization import SpeakerTranscriber
+from ..outputs.formats import to_srt, to_vtt
+from ..outputs.subtitles import build_cues, cue_rules, cue_segments
 from ..transcript import Segment
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves

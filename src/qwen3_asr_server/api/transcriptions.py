@@ -13,10 +13,11 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 from loguru import logger
 
-from ..audio import Audio
-from ..diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
-from ..engines.base import ModelLoadError
-from ..formats import (
+from ..audio.decode import Audio
+from ..audio.vad import fill_no_speech_probs
+from ..errors import ModelLoadError
+from ..outputs.diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
+from ..outputs.formats import (
     diarized_segment_body,
     languages_body,
     logprobs_body,
@@ -25,11 +26,15 @@ from ..formats import (
     token_usage_body,
     words_body,
 )
-from ..long_form import merged_logprobs, merged_usage, overall_language, spoken_languages
-from ..service import Options
 from ..text import join_texts
 from ..transcript import Transcript
-from ..vad import fill_no_speech_probs
+from ..transcription.long_form import (
+    merged_logprobs,
+    merged_usage,
+    overall_language,
+    spoken_languages,
+)
+from ..transcription.service import Options
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .forms import SeedStreamForm, TranscriptionForm

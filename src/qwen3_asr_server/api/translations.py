@@ -13,10 +13,10 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..errors import BadRequestError
-from ..formats import language_label
-from ..subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
+from ..outputs.formats import language_label
+from ..outputs.subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
+from ..outputs.translate import target_name
 from ..text import language_name, parse_language, split_words
-from ..translate import target_name
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .forms import TranslationForm

@@ -7,7 +7,7 @@ import asyncio
 
 from fastapi import Request, UploadFile
 
-from ..audio import Audio, check_duration, decode_audio, probe_seconds
+from ..audio.decode import Audio, check_duration, decode_audio, probe_seconds
 from ..errors import TooLargeError
 from .deps import AppContext
 from .middleware import on_request_end

@@ -2,61 +2,22 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL, Settings
-from .base import Engine, ModelLoadError, TranscribeRequest, TranscribeResult
+from ..config import Settings
+from ..models.choice import DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL, detect_engine, served_model_id
+from .base import Engine, TranscribeRequest, TranscribeResult
 from .spec import EngineSpec
 from .status import EngineStatus
 
 __all__ = [
     "Engine",
     "EngineStatus",
-    "ModelLoadError",
     "TranscribeRequest",
     "TranscribeResult",
     "create_engine",
-    "detect_engine",
+    "engine_spec",
 ]
-
-WHISPER_ALIASES = {"whisper-tiny.en"}
-
-
-def gpu_present() -> bool:
-    """An NVIDIA driver is loaded. Checked without importing torch (used for defaults only)."""
-    return Path("/proc/driver/nvidia/version").exists()
-
-
-def served_model_id(settings: Settings) -> str:
-    """MODEL_ID, or the default for the device the server would pick (no torch import)."""
-    cuda = settings.device == "cuda" or (settings.device == "auto" and gpu_present())
-    return settings.resolved_model_id(cuda)
-
-
-def detect_engine(model_id: str) -> str:
-    """`qwen` or `whisper`, from what the model is: a Qwen3-ASR config or CTranslate2 files."""
-    if model_id in WHISPER_ALIASES:
-        return "whisper"
-    path = Path(model_id).expanduser()
-    if path.is_dir():
-        config = path / "config.json"
-        if config.is_file():
-            try:
-                model_type = str(json.loads(config.read_text()).get("model_type", ""))
-            except (OSError, ValueError):
-                model_type = ""
-            if model_type.startswith("qwen3_asr"):
-                return "qwen"
-        if (path / "model.bin").is_file():
-            return "whisper"
-        raise ModelLoadError(
-            f"MODEL_ID={model_id!r} is a directory but holds neither a Qwen3-ASR checkpoint "
-            "(config.json with model_type qwen3_asr) nor a CTranslate2 whisper model (model.bin). "
-            "Set ENGINE=qwen or ENGINE=whisper to force one."
-        )
-    return "whisper" if "whisper" in model_id.lower() else "qwen"
 
 
 def create_engine(settings: Settings, inline: bool = False) -> Engine:

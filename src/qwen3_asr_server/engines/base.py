@@ -8,12 +8,9 @@ from typing import Protocol
 
 import numpy as np
 
+from ..errors import ModelLoadError
 from ..transcript import Segment, TokenLogprob, TokenUsage
 from .status import EngineStatus
-
-
-class ModelLoadError(Exception):
-    """The configured model could not be loaded; the message says why and how to fix it."""
 
 
 class EngineCrashedError(Exception):

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from loguru import logger
 
-from .base import ModelLoadError
+from ..errors import ModelLoadError
 from .fbank import choose_features, cpu_flags, missing_for_native, use_portable
 
 

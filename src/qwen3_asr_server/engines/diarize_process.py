@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..pcm import SAMPLE_RATE
+from ..audio.pcm import SAMPLE_RATE
 from .base import EngineCrashedError, engine_errors
 from .child import exit_text, stop_child, watch_parent
 from .diarize import Diarization, SenkoDiarizer

@@ -3,8 +3,9 @@ Imports them, so only the check command calls it, never the server."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
+
+from ..models.choice import installed
 
 
 @dataclass
@@ -16,10 +17,6 @@ class Machine:
     bf16: bool = False
     gpu_free_mb: float = 0.0
     ctranslate2_cuda: int = 0  # CUDA devices CTranslate2 (faster-whisper) sees
-
-
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 def probe() -> Machine:

@@ -10,17 +10,11 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..pcm import SAMPLE_RATE
+from ..audio.pcm import SAMPLE_RATE
+from ..errors import ModelLoadError
 from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
 from ..transcript import Segment, Word
-from .base import (
-    JobCancelledError,
-    ModelLoadError,
-    ShouldStop,
-    TranscribeRequest,
-    TranscribeResult,
-    never_stop,
-)
+from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
 from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
 from .qwen_load import choose_attention, choose_dtype, load_checkpoint, quantize_int8
 from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ModelLoadError
+from ..errors import ModelLoadError
 
 FLASH = "flash_attention_2"
 

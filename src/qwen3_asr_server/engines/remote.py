@@ -47,8 +47,8 @@ import httpx
 import numpy as np
 from loguru import logger
 
+from ..audio.pcm import SAMPLE_RATE
 from ..logging import REQUEST_ID
-from ..pcm import SAMPLE_RATE
 from ..text import parse_language
 from ..transcript import Segment
 from .base import (

@@ -9,7 +9,7 @@ import wave
 import httpx
 import numpy as np
 
-from ..pcm import SAMPLE_RATE
+from ..audio.pcm import SAMPLE_RATE
 from .base import EngineInputError
 from .remote_clients import ClientShelf
 from .remote_pool import response_message

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 from loguru import logger
 
-from ..redact import redact_url
+from ..logging import redact_url
 from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
 from .status import Buckets
 

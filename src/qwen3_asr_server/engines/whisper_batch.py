@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..pcm import SAMPLE_RATE, quietest_point
+from ..audio.pcm import SAMPLE_RATE, quietest_point
 from ..transcript import Segment, Word
 from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult
 from .whisper_extras import fitted_prompt, hotwords

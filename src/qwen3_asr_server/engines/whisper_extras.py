@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..pcm import SAMPLE_RATE
+from ..audio.pcm import SAMPLE_RATE
 from ..transcript import Segment, TokenLogprob
 from .qwen_tokens import byte_decoder
 

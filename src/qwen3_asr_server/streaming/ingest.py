@@ -15,9 +15,9 @@ from typing import Any, Literal
 import numpy as np
 import soxr
 
-from .. import g711
-from ..audio import pcm16_to_float
-from ..pcm import SAMPLE_RATE
+from ..audio import g711
+from ..audio.decode import pcm16_to_float
+from ..audio.pcm import SAMPLE_RATE
 from .session import StreamSession
 
 Encoding = Literal["pcm_s16le", "mulaw", "alaw"]

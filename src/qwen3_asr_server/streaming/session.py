@@ -6,14 +6,14 @@ events (`events.py`) through `emit`. Where turns start and end is the TurnDetect
 (`turns.py`, synchronous); this module runs the inference those turns call for.
 
 - VAD runs per message on the VAD model's threads, never on the event loop, batched with
-  the other sessions' frames (`vad_batch.py`).
+  the other sessions' frames (`audio/vad.py`'s VADBatcher).
 - Partials re-decode the open utterance (its last `window_max_s`) at partial priority
   (after finals, before uploads) after every `partial_interval_s` of new speech. A session
   has at most one partial waiting or running, and the audio is taken when the job starts,
   so a partial that waited under load decodes the newest audio: the cadence adapts to the
   load instead of queueing stale work.
-- Finals run in order on a per-session task; committing an utterance cancels its queued
-  partial, so a partial never delays a final. The final's transcription starts
+- Finals run in order on a per-session task (`finals.py`); committing an utterance cancels
+  its queued partial, so a partial never delays a final. The final's transcription starts
   turns.EARLY_FINAL_MS before the end-of-utterance silence is complete (dropped if speech
   resumes), so its latency overlaps the silence wait. Silence costs no other inference.
 - A final is produced on end of speech, maximum length (cut at the quietest point), flush,
@@ -28,27 +28,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from loguru import logger
 
-from ..errors import InferenceError, ServiceError
-from ..pcm import SAMPLE_RATE
-from ..vad import FRAME, SileroModel
+from ..audio.pcm import SAMPLE_RATE
+from ..audio.vad import FRAME, SileroModel
+from ..errors import ServiceError
 from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
 from .config import AudioSource, Heard, StreamConfig, Transcribe
-from .events import (
-    Committed,
-    Emit,
-    Final,
-    FinalFailed,
-    Partial,
-    SpeechStarted,
-    SpeechStopped,
-    TimedOut,
-)
+from .events import Committed, Emit, Partial, SpeechStarted, SpeechStopped, TimedOut
+from .finals import Finals, PendingFinal
 from .turns import (
     EarlyFinalPoint,
     IdleTimeout,
@@ -67,19 +59,6 @@ CLIENT_GONE = frozenset({"disconnect", "slow_client"})
 __all__ = ["AudioSource", "Heard", "StreamConfig", "StreamSession", "Transcribe"]
 
 
-@dataclass
-class PendingFinal:
-    """A committed utterance waiting for its final."""
-
-    utt: Utterance
-    audio: np.ndarray  # what is transcribed: the client's audio plus any padding
-    reason: str
-    early: asyncio.Task[Heard] | None
-    committed: float  # time.monotonic() of the commit
-    seconds: float  # the client's audio in it, without padding (Realtime usage)
-    answers: list[str] = field(default_factory=list)  # flushes this final answers
-
-
 class StreamSession:
     def __init__(
         self,
@@ -91,7 +70,6 @@ class StreamSession:
         observe_lag: Callable[[float], None] | None = None,
     ) -> None:
         self.config = config
-        self._observe_final = observe_final  # end of speech -> final sent (metrics)
         self._observe_lag = observe_lag  # audio received -> through voice detection (metrics)
         self._feeding_since: float | None = None  # monotonic arrival of the audio in feed()
         self._transcribe = transcribe
@@ -105,12 +83,9 @@ class StreamSession:
         # transcription starts; if the silence holds, that result is the final.
         self._early: asyncio.Task[Heard] | None = None
         self._early_len = 0
-        self._finals: asyncio.Queue[PendingFinal | None] = asyncio.Queue()
-        self._last_final: PendingFinal | None = None  # queued or running, not yet emitted
-        self._final_task = asyncio.create_task(self._run_finals())
-        self._pending = 0  # samples committed whose final has not been emitted yet
-        self._room = asyncio.Event()
-        self._room.set()
+        self._finals = Finals(
+            self._final_text, emit, lambda: self.config.max_pending_s * SAMPLE_RATE, observe_final
+        )
         self.samples_in = 0  # total audio received, in samples
         self._closing: asyncio.Future[None] | None = None
         self.closed = False
@@ -125,7 +100,7 @@ class StreamSession:
     @property
     def pending_seconds(self) -> float:
         """Audio committed and waiting for its final."""
-        return self._pending / SAMPLE_RATE
+        return self._finals.pending / SAMPLE_RATE
 
     @property
     def lag(self) -> float:
@@ -146,8 +121,8 @@ class StreamSession:
                 self._observe_lag(time.monotonic() - arrived)
 
     async def _feed(self, samples: np.ndarray) -> None:
-        while not self.closed and not self._room.is_set():
-            await self._room.wait()
+        while not self.closed and not self._finals.room.is_set():
+            await self._finals.room.wait()
         if self.closed:
             return
         self.samples_in += len(samples)
@@ -178,10 +153,7 @@ class StreamSession:
         """A flush found nothing buffered: the final still pending (voice detection closed
         its utterance) answers it, sent even when its text is empty (its event carries
         `answers`). False when no final is pending: nothing at all was buffered."""
-        if self._last_final is None:
-            return False
-        self._last_final.answers.append(action)
-        return True
+        return self._finals.answer_pending(action)
 
     async def reset(self) -> int | None:
         """Finalize what is buffered, then start clean (VAD state, agreement)."""
@@ -209,9 +181,8 @@ class StreamSession:
         self.client_gone = reason in CLIENT_GONE
         await self.flush(reason)
         self.closed = True
-        self._room.set()  # a feed() waiting for room returns (and drops its audio)
-        await self._finals.put(None)
-        await self._final_task
+        self._finals.room.set()  # a feed() waiting for room returns (and drops its audio)
+        await self._finals.close()
 
     # -- turns ---------------------------------------------------------------------------
     async def _on_turn(self, event: TurnEvent) -> None:
@@ -224,7 +195,7 @@ class StreamSession:
             # Only at the live edge: with a final still pending (a client sending faster than
             # real time, or a busy server) an early start gains nothing, and would queue every
             # utterance's final at once, at real-time priority, even after the client has left.
-            case EarlyFinalPoint(utt) if self._early is None and self._last_final is None:
+            case EarlyFinalPoint(utt) if self._early is None and self._finals.last is None:
                 self._cancel_partial()  # the final matters more than one more partial
                 self._early_len = utt.length
                 self._early = asyncio.create_task(self._final_text(utt.audio.copy()))
@@ -257,12 +228,7 @@ class StreamSession:
         seconds = (len(audio) - min(padded, len(audio))) / SAMPLE_RATE
         if pad_ms:
             audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
-        self._pending += len(audio)
-        if self._pending > self.config.max_pending_s * SAMPLE_RATE:
-            self._room.clear()
-        item = PendingFinal(utt, audio, reason, early, time.monotonic(), seconds)
-        self._last_final = item
-        await self._finals.put(item)
+        await self._finals.put(PendingFinal(utt, audio, reason, early, time.monotonic(), seconds))
         await self._emit(Committed(utt.id, reason))
         return utt.id
 
@@ -316,51 +282,3 @@ class StreamSession:
         utt.partials += 1
         utt.shown = (shown, stable)
         await self._emit(Partial(utt.id, shown, stable, logprobs))
-
-    async def _run_finals(self) -> None:
-        while True:
-            item = await self._finals.get()
-            if item is None:
-                return
-            try:
-                await self._final(item)
-                if item.reason == "silence" and self._observe_final is not None:
-                    self._observe_final(time.monotonic() - item.committed)
-            finally:
-                if self._last_final is item:
-                    self._last_final = None
-                self._pending -= len(item.audio)
-                if self._pending <= self.config.max_pending_s * SAMPLE_RATE:
-                    self._room.set()
-
-    async def _final(self, item: PendingFinal) -> None:
-        utt = item.utt
-        try:
-            if item.early is not None:
-                heard = await item.early
-            else:
-                heard = await self._final_text(item.audio)
-        except Exception as exc:
-            # Finals are never refused for queue depth; this is a failure (no backend, a
-            # timeout, the model cannot load): the client hears why and whether to retry.
-            logger.opt(exception=exc).error("final transcription failed")
-            error = exc if isinstance(exc, ServiceError) else InferenceError(str(exc))
-            if self._last_final is item:
-                self._last_final = None
-            await self._emit(
-                FinalFailed(
-                    utterance=utt.id,
-                    reason=item.reason,
-                    answers=tuple(item.answers),
-                    duration=item.seconds,
-                    error=error,
-                )
-            )
-            return
-        seconds = len(item.audio) / SAMPLE_RATE
-        logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, heard.text)
-        if self._last_final is item:
-            self._last_final = None  # a flush from now on is answered by its own final
-        answers = tuple(item.answers)
-        final = Final(utt.id, heard.text, item.reason, answers, item.seconds, heard.language)
-        await self._emit(replace(final, logprobs=heard.logprobs, usage=heard.usage))

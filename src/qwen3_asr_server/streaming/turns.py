@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..pcm import SAMPLE_RATE
-from ..vad import FRAME
+from ..audio.pcm import SAMPLE_RATE
+from ..audio.vad import FRAME
 from .utterance import Utterance
 
 EARLY_FINAL_MS = 450  # start the final this long before the end-of-utterance silence is due

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pcm import SAMPLE_RATE, quietest_point
+from ..audio.pcm import SAMPLE_RATE, quietest_point
 
 
 class Utterance:

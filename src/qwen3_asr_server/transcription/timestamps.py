@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .text import split_words
-from .transcript import Segment, Word
+from ..text import split_words
+from ..transcript import Segment, Word
 
 
 def spread_words(text: str, start: float, end: float) -> list[Word]:

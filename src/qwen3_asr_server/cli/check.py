@@ -7,14 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Settings
-from .download import LOCAL, Cached, find_cached, size_mb
-from .engines import detect_engine, gpu_present, served_model_id
-from .engines.base import ModelLoadError
-from .engines.probe import Machine, installed, probe
-from .engines.qwen_load import choose_dtype
-from .model_plan import BUNDLED, FIX, ModelPlan, plan_model, unreachable
-from .redact import redact_url
+from ..config import Settings
+from ..engines.probe import Machine, probe
+from ..engines.qwen_load import choose_dtype
+from ..logging import redact_url
+from ..models.cache import LOCAL, Cached, find_cached, size_mb
+from ..models.choice import BUNDLED, engine_kind, gpu_present, installed, served_model_id
+from ..models.plan import FIX, ModelPlan, plan_model, unreachable
 
 HEADROOM_MB = 1000  # activations, the server itself, the VAD
 EXTRAS = {  # engine -> (modules, the extra that installs them)
@@ -35,15 +34,6 @@ def available_mb() -> float:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def engine_of(settings: Settings, model_id: str) -> str:
-    if settings.engine != "auto":
-        return settings.engine
-    try:
-        return detect_engine(model_id)
-    except ModelLoadError:
-        return "qwen"
 
 
 def extras(engine: str, settings: Settings) -> list[Finding]:
@@ -158,7 +148,7 @@ def fetch_finding(repo_id: str, plan: ModelPlan, what: str) -> Finding:
 def check(settings: Settings) -> int:
     plan = plan_model(settings, announce=False)
     model_id = served_model_id(plan.settings)
-    engine = engine_of(plan.settings, model_id)
+    engine = engine_kind(plan.settings, model_id, undecided="qwen")
     print(f"model {model_id} on the {engine} engine")
     findings = [serving(settings, plan), *extras(engine, settings)]
     if engine == "remote":

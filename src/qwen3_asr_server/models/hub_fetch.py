@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from .errors import UnavailableError
+from ..errors import UnavailableError
 
 State = Literal["pending", "downloading", "failed", "done"]
 LOG_EVERY_S = 10.0

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .engines.base import Engine, TranscribeRequest
-from .errors import BadRequestError
-from .text import parse_language
+from ..engines.base import Engine, TranscribeRequest
+from ..errors import BadRequestError
+from ..text import parse_language
 
 MAX_PROMPT_CHARS = 4000
 MAX_KEYWORDS = 100  # keywords[] entries

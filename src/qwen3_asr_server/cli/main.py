@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import __version__
-from .config import Settings, choices, env_value
-from .engines.base import ModelLoadError
+from .. import __version__
+from ..config import Settings, choices, env_value
+from ..errors import ModelLoadError
 
 ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
 USAGE = (
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several: one folder each inside DIR), to carry to an offline machine",
     )
     commands.add_parser("check", help=COMMANDS["check"], parents=[settings], usage=each)
-    from .transcribe_cli import add_arguments
+    from .transcribe import add_arguments
 
     client_settings = argparse.ArgumentParser(add_help=False)
     add_settings_flags(client_settings, skip=("api_key",))  # --api-key is the server's key
@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(check(settings))
     try:
         if args.command == "transcribe":
-            from .transcribe_cli import transcribe
+            from .transcribe import transcribe
 
             sys.exit(transcribe(settings, args))
         from .serve import serve

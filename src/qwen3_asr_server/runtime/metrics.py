@@ -24,8 +24,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .engines.status import LATENCY_BOUNDS, HistogramSnapshot
-from .vad_batch import VADStats
+from ..audio.vad import VADStats
+from ..engines.status import LATENCY_BOUNDS, HistogramSnapshot
 
 PRIORITY_NAMES = {0: "final", 1: "partial", 2: "batch"}
 LATENCY_BUCKETS = LATENCY_BOUNDS
@@ -248,7 +248,7 @@ def _backend_metrics(backends: list[dict[str, Any]]) -> Iterator[Metric]:
 
 
 def _vad_metrics(vad: VADStats) -> Iterator[Metric]:
-    """The streaming sessions' voice detection, batched across sessions (vad_batch.py)."""
+    """The streaming sessions' voice detection, batched across sessions (`audio/vad.py`)."""
     counters = {
         "asr_vad_seconds": ("Thread seconds spent in streaming voice detection.", vad.seconds),
         "asr_vad_frames": ("32 ms frames through streaming voice detection.", vad.frames),

@@ -20,21 +20,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .audio import Audio, decode_audio
-from .engines.base import EngineCrashedError, ModelLoadError
-from .engines.diarize import Diarization
-from .engines.diarizing import DiarizingEngine, diarizing
-from .errors import (
+from ..audio.decode import Audio, decode_audio
+from ..engines.base import EngineCrashedError
+from ..engines.diarize import Diarization
+from ..engines.diarizing import DiarizingEngine, diarizing
+from ..errors import (
     BadRequestError,
+    ModelLoadError,
     NotConfiguredError,
     ServiceError,
     TooLargeError,
     UnavailableError,
 )
-from .long_form import SegmentResult, merge
-from .service import Options, Transcriber
+from ..transcript import Segment, Transcript
+from ..transcription.long_form import SegmentResult, merge
+from ..transcription.service import Options, Transcriber
 from .speakers import by_speaker, speaker_names
-from .transcript import Segment, Transcript
 
 MAX_KNOWN_SPEAKERS = 4  # as OpenAI documents
 REFERENCE_SECONDS = (2.0, 10.0)

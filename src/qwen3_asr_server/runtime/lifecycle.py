@@ -30,10 +30,10 @@ from typing import Literal
 
 from loguru import logger
 
-from .engines.base import Engine, ModelLoadError
-from .errors import ServiceError, UnavailableError
-from .hub_fetch import BackgroundDownload
-from .model_plan import Fallback, short_load_error
+from ..engines.base import Engine
+from ..errors import ModelLoadError, ServiceError, UnavailableError
+from ..models.hub_fetch import BackgroundDownload
+from ..models.plan import Fallback, short_load_error
 
 State = Literal["unloaded", "loading", "loaded", "unloading"]
 LOADING_RETRY_AFTER_S = 10  # a waiter that gave up on a load in progress: when to come back

@@ -8,8 +8,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from .text import language_name
-from .transcript import Segment, TokenLogprob, TokenUsage, Transcript
+from ..text import language_name
+from ..transcript import Segment, TokenLogprob, TokenUsage, Transcript
 
 # verbose_json's `language` is a required string in OpenAI's schema; this is what it says
 # when no language was detected (e.g. an upload of silence with language=auto).

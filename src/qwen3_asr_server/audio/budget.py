@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import TooLargeError, UnavailableError
+from ..errors import TooLargeError, UnavailableError
 from .pcm import SAMPLE_RATE
 
 RETRY_AFTER_S = 10  # long files hold the budget for a while; a tight retry loop helps nobody

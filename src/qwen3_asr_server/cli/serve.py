@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from .config import Settings
+from ..config import Settings
 
 
 class Server(uvicorn.Server):
@@ -32,7 +32,7 @@ class Server(uvicorn.Server):
 
 
 def serve(settings: Settings) -> None:
-    from .app import create_app
+    from ..app import create_app
 
     if settings.pytorch_cuda_alloc_conf:  # torch reads it from the environment
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", settings.pytorch_cuda_alloc_conf)

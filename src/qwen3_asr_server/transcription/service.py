@@ -14,36 +14,36 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio
-from .compaction import Source, compact
-from .config import Settings
-from .decoding import build_decoding, resolve_language
-from .engines.base import (
+from ..audio.compaction import Source, compact
+from ..audio.decode import Audio
+from ..audio.pcm import SAMPLE_RATE
+from ..audio.segmentation import CutRules, Segmenter, Span
+from ..audio.vad import may_hold_speech
+from ..config import Settings
+from ..engines.base import (
     BackendUnavailableError,
     Engine,
     EngineBusyError,
     EngineCrashedError,
     EngineInputError,
-    ModelLoadError,
     TranscribeRequest,
     TranscribeResult,
 )
-from .errors import (
+from ..errors import (
     BadRequestError,
     InferenceError,
+    ModelLoadError,
     ModelUnavailableError,
     ServiceError,
     UnavailableError,
 )
-from .lifecycle import ModelManager
+from ..runtime.lifecycle import ModelManager
+from ..runtime.metrics import Metrics
+from ..runtime.scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
+from ..text import collapse_repetitions
+from ..transcript import Transcript
+from .decoding import build_decoding, resolve_language
 from .long_form import SegmentResult, merge, plan, shift
-from .metrics import Metrics
-from .pcm import SAMPLE_RATE
-from .scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
-from .segmentation import CutRules, Segmenter, Span
-from .text import collapse_repetitions
-from .transcript import Transcript
-from .vad import may_hold_speech
 
 
 @dataclass(frozen=True)

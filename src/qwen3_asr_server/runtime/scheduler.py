@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from loguru import logger
 
-from .errors import QueueFullError, RequestTimeoutError, UnavailableError
+from ..errors import QueueFullError, RequestTimeoutError, UnavailableError
 from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, deliver
 
 __all__ = ["BATCH", "PARTIAL", "REALTIME", "Admission", "BatchSpec", "PriorityScheduler"]

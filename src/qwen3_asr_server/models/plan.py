@@ -3,6 +3,8 @@ for the default only, the bundled `whisper-tiny.en` when the default can neither
 the cache nor downloaded. That one fallback is announced (a WARNING at start, `fallback` in
 /health and /v1/models, the model in a response header); a MODEL_ID the user set never falls
 back. A hub model missing from the cache is downloaded in the background (`hub_fetch.py`).
+The one walk from settings to a model: `choice.py` (which model, what it is), `cache.py`
+(where it is), this module (fall back or fetch), `hub_fetch.py` (the download).
 """
 
 from __future__ import annotations
@@ -14,14 +16,12 @@ from typing import Any
 
 from loguru import logger
 
-from .config import Settings
-from .download import find_cached, models_for
-from .engines import WHISPER_ALIASES, served_model_id
-from .engines.base import ModelLoadError
-from .engines.probe import installed
+from ..config import Settings
+from ..errors import ModelLoadError
+from .cache import find_cached
+from .choice import BUNDLED, WHISPER_ALIASES, installed, models_for, served_model_id
 from .hub_fetch import BackgroundDownload, RepoFiles, fetch_info, short_reason
 
-BUNDLED = "whisper-tiny.en"
 PROBE_TIMEOUT_S = 5.0  # how long start-up waits to learn whether the hub can be reached
 FIX = "qwen3-asr-server download"
 

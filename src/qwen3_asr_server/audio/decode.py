@@ -19,7 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from .errors import BadRequestError, InvalidAudioError, ServiceError, TooLargeError
+from ..errors import BadRequestError, InvalidAudioError, ServiceError, TooLargeError
 from .pcm import SAMPLE_RATE
 
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}

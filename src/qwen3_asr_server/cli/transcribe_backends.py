@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from .config import Settings
-
-if TYPE_CHECKING:
-    from .transcribe_cli import Job
+from ..config import Settings
 
 FORMATS = {  # --format -> (the API's response_format, the output file's suffix)
     "txt": ("text", ".txt"),
@@ -24,6 +23,15 @@ FORMATS = {  # --format -> (the API's response_format, the output file's suffix)
 Progress_ = Callable[[float], None]  # audio seconds of the file done so far
 
 
+@dataclass
+class Job:
+    path: Path
+    outputs: dict[str, Path]  # format -> file to write
+    seconds: float = 0.0  # the header's duration (0: unknown until decoded)
+    error: str = ""
+    written: list[Path] = field(default_factory=list)
+
+
 class Local:
     """The server's pipeline in this process: engine, model manager, scheduler, segmenter."""
 
@@ -31,13 +39,13 @@ class Local:
         self.settings = settings
 
     async def __aenter__(self) -> Local:
-        from .engines import create_engine
-        from .lifecycle import ModelManager
-        from .model_plan import plan_model, precheck
-        from .scheduler import PriorityScheduler
-        from .segmentation import Segmenter
-        from .service import Transcriber
-        from .vad import SileroModel
+        from ..audio.segmentation import Segmenter
+        from ..audio.vad import SileroModel
+        from ..engines import create_engine
+        from ..models.plan import plan_model, precheck
+        from ..runtime.lifecycle import ModelManager
+        from ..runtime.scheduler import PriorityScheduler
+        from ..transcription.service import Transcriber
 
         s = self.settings
         plan = plan_model(s)
@@ -81,12 +89,12 @@ class Local:
     async def transcribe(
         self, job: Job, formats: list[str], language: str | None, progress: Progress_
     ) -> dict[str, bytes]:
-        from .audio import decode_audio
-        from .engines.base import ModelLoadError
-        from .formats import BodyWishes, render
-        from .long_form import merge
-        from .service import Options
-        from .vad import fill_no_speech_probs
+        from ..audio.decode import decode_audio
+        from ..audio.vad import fill_no_speech_probs
+        from ..errors import ModelLoadError
+        from ..outputs.formats import BodyWishes, render
+        from ..transcription.long_form import merge
+        from ..transcription.service import Options
 
         def decode() -> Any:
             with job.path.open("rb") as f:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .audio import Audio
-from .compaction import Compacted
-from .engines.base import ALIGNER_MAX_SECONDS, TranscribeResult
-from .pcm import SAMPLE_RATE
-from .segmentation import Span
-from .text import collapse_repetitions, join_texts
+from ..audio.compaction import Compacted
+from ..audio.decode import Audio
+from ..audio.pcm import SAMPLE_RATE
+from ..audio.segmentation import Span
+from ..engines.base import ALIGNER_MAX_SECONDS, TranscribeResult
+from ..text import collapse_repetitions, join_texts
+from ..transcript import Segment, TokenLogprob, TokenUsage, Transcript
 from .timestamps import ensure_words
-from .transcript import Segment, TokenLogprob, TokenUsage, Transcript
 
 # A long file's first segment is cut at a pause within its first 10 s: it runs alone, so the
 # first SSE event comes early, while the segments behind it fill a batch.

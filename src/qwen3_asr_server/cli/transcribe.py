@@ -16,12 +16,11 @@ import asyncio
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import Settings
-from .transcribe_backends import FORMATS, Local, Remote
+from ..config import Settings
+from .transcribe_backends import FORMATS, Job, Local, Remote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,15 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="transcribe files whose outputs already exist"
     )
-
-
-@dataclass
-class Job:
-    path: Path
-    outputs: dict[str, Path]  # format -> file to write
-    seconds: float = 0.0  # the header's duration (0: unknown until decoded)
-    error: str = ""
-    written: list[Path] = field(default_factory=list)
 
 
 def parse_formats(value: str) -> list[str]:
@@ -185,7 +175,7 @@ async def run_jobs(
 
 
 def probe(job: Job) -> None:
-    from .audio import probe_seconds
+    from ..audio.decode import probe_seconds
 
     try:
         with job.path.open("rb") as f:
@@ -223,7 +213,7 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
             key = settings.api_key or settings.openai_api_key
             backend: Local | Remote = Remote(args.server, key, settings.model_id)
         else:
-            from .logging import setup_logging
+            from ..logging import setup_logging
 
             explicit = "log_level" in settings.model_fields_set  # else only warnings
             setup_logging(settings.log_level if explicit else "WARNING", settings.log_json)

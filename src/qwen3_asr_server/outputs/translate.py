@@ -8,9 +8,9 @@ from typing import Any
 
 from loguru import logger
 
-from .config import Settings
-from .errors import NotConfiguredError, UpstreamError
-from .redact import redact_url
+from ..config import Settings
+from ..errors import NotConfiguredError, UpstreamError
+from ..logging import redact_url
 
 FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 TARGET_NAMES = {"zh": "Simplified Chinese", "yue": "Cantonese (Traditional Chinese characters)"}

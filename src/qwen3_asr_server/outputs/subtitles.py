@@ -7,10 +7,10 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-from .config import Settings
-from .text import is_cjk
-from .timestamps import ensure_words
-from .transcript import Segment, Word
+from ..config import Settings
+from ..text import is_cjk
+from ..transcript import Segment, Word
+from ..transcription.timestamps import ensure_words
 
 SENTENCE_END = tuple(".!?。！？…")
 CLAUSE_END = tuple(",;:，；：、")

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from .engines.diarize import Diarization, Turn
-from .text import join_texts
-from .transcript import Segment, Transcript, Word
+from ..engines.diarize import Diarization, Turn
+from ..text import join_texts
+from ..transcript import Segment, Transcript, Word
 
 # Cosine similarity of CAM++ voice fingerprints: 0.80-0.96 for the same speaker, at most 0.62
 # for the next best on our measurements (FACTS.md); a cluster below this keeps a letter.

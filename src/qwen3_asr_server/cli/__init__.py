@@ -1,0 +1,2 @@
+"""The command line: the parser, `serve`, `transcribe` (local or --server), `check`,
+`download`."""

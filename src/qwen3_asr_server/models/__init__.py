@@ -1,0 +1,1 @@
+"""Which model serves, where it is, whether to fall back or fetch it: one walk, no torch."""

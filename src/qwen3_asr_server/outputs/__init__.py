@@ -1,0 +1,1 @@
+"""What a transcript becomes: response bodies, subtitles, translation, speakers."""

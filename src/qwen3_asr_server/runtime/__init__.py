@@ -1,0 +1,1 @@
+"""What runs the model: the priority scheduler and its jobs, the model lifecycle, metrics."""

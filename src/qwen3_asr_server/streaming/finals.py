@@ -1,0 +1,122 @@
+"""A session's finals: committed utterances transcribed and emitted in order, on one task per
+session. Never dropped: a failure is emitted as FinalFailed with the reason. The audio that
+waits for its final is counted, and `room` is cleared while it is over the session's bound
+(the session's `feed()` waits on it: back-pressure)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from loguru import logger
+
+from ..audio.pcm import SAMPLE_RATE
+from ..errors import InferenceError, ServiceError
+from .config import Heard
+from .events import Emit, Final, FinalFailed
+from .utterance import Utterance
+
+
+@dataclass
+class PendingFinal:
+    """A committed utterance waiting for its final."""
+
+    utt: Utterance
+    audio: np.ndarray  # what is transcribed: the client's audio plus any padding
+    reason: str
+    early: asyncio.Task[Heard] | None  # its transcription, started before the commit
+    committed: float  # time.monotonic() of the commit
+    seconds: float  # the client's audio in it, without padding (Realtime usage)
+    answers: list[str] = field(default_factory=list)  # flushes this final answers
+
+
+class Finals:
+    def __init__(
+        self,
+        text: Callable[[np.ndarray], Awaitable[Heard]],
+        emit: Emit,
+        bound: Callable[[], float],
+        observe: Callable[[float], None] | None = None,
+    ) -> None:
+        self._text = text  # audio -> what was heard
+        self._emit = emit
+        self._bound = bound  # samples that may wait for their finals (the session's config)
+        self._observe = observe  # end of speech -> final sent (metrics)
+        self._queue: asyncio.Queue[PendingFinal | None] = asyncio.Queue()
+        self.last: PendingFinal | None = None  # queued or running, not yet emitted
+        self.pending = 0  # samples committed whose final has not been emitted yet
+        self.room = asyncio.Event()
+        self.room.set()
+        self._task = asyncio.create_task(self._run())
+
+    async def put(self, item: PendingFinal) -> None:
+        self.pending += len(item.audio)
+        if self.pending > self._bound():
+            self.room.clear()
+        self.last = item
+        await self._queue.put(item)
+
+    def answer_pending(self, action: str) -> bool:
+        """A flush found nothing buffered: the final still pending (voice detection closed
+        its utterance) answers it, sent even when its text is empty (its event carries
+        `answers`). False when no final is pending: nothing at all was buffered."""
+        if self.last is None:
+            return False
+        self.last.answers.append(action)
+        return True
+
+    async def close(self) -> None:
+        """Wait until every final queued so far has been emitted."""
+        await self._queue.put(None)
+        await self._task
+
+    async def _run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            try:
+                await self._final(item)
+                if item.reason == "silence" and self._observe is not None:
+                    self._observe(time.monotonic() - item.committed)
+            finally:
+                if self.last is item:
+                    self.last = None
+                self.pending -= len(item.audio)
+                if self.pending <= self._bound():
+                    self.room.set()
+
+    async def _final(self, item: PendingFinal) -> None:
+        utt = item.utt
+        try:
+            if item.early is not None:
+                heard = await item.early
+            else:
+                heard = await self._text(item.audio)
+        except Exception as exc:
+            # Finals are never refused for queue depth; this is a failure (no backend, a
+            # timeout, the model cannot load): the client hears why and whether to retry.
+            logger.opt(exception=exc).error("final transcription failed")
+            error = exc if isinstance(exc, ServiceError) else InferenceError(str(exc))
+            if self.last is item:
+                self.last = None
+            await self._emit(
+                FinalFailed(
+                    utterance=utt.id,
+                    reason=item.reason,
+                    answers=tuple(item.answers),
+                    duration=item.seconds,
+                    error=error,
+                )
+            )
+            return
+        seconds = len(item.audio) / SAMPLE_RATE
+        logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, heard.text)
+        if self.last is item:
+            self.last = None  # a flush from now on is answered by its own final
+        answers = tuple(item.answers)
+        final = Final(utt.id, heard.text, item.reason, answers, item.seconds, heard.language)
+        await self._emit(replace(final, logprobs=heard.logprobs, usage=heard.usage))

@@ -1,0 +1,2 @@
+"""The upload pipeline: cut, schedule and merge (the service), long form, decoding options,
+word times."""
