@@ -30,3 +30,20 @@ def test_every_path_and_command_in_claude_md_exists() -> None:
         assert any(c.exists() for c in candidates), f"CLAUDE.md names {span!r}, which is missing"
         checked += 1
     assert checked >= 20
+
+
+def test_the_map_names_every_wing_and_module() -> None:
+    """CLAUDE.md's map has a line for every wing and every module of the package (a wing's
+    `__init__.py` only where it holds code)."""
+    text = (ROOT / "CLAUDE.md").read_text()
+    named = set(re.findall(r"`([^`\s]+)`", text))
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if path.name == "__init__.py" and len(path.read_text().splitlines()) <= 3:
+            continue  # a wing's docstring
+        if rel not in named:
+            missing.append(rel)
+    wings = {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    missing += sorted(wings - named)
+    assert missing == [], f"CLAUDE.md's map lacks {missing}"

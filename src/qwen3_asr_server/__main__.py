@@ -1,4 +1,4 @@
-"""`python -m qwen3_asr_server`: the command line (cli.py); bare, it serves."""
+"""`python -m qwen3_asr_server`: the command line (`cli/main.py`); bare, it serves."""
 
 from __future__ import annotations
 

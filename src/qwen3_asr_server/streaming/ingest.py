@@ -1,6 +1,6 @@
 """Audio ingest for both WebSocket protocols: s16le PCM, or G.711 μ-law / A-law bytes (8 kHz
 telephony audio), at the client's rate -> 16 kHz float32 -> the session, within the
-session's audio limit (WS_MAX_SESSION_S). G.711 is decoded with a table (`g711.py`), then
+session's audio limit (WS_MAX_SESSION_S). G.711 is decoded with a table (`audio/g711.py`), then
 resampled like any 8 kHz PCM.
 
 A byte stream may be cut anywhere: an s16le message of odd length keeps its last byte for
