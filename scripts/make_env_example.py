@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from qwen3_asr_server.config import Settings, choices, env_value  # noqa: E402
+from qwen3_asr_server.cli.main import choices, env_value  # noqa: E402
+from qwen3_asr_server.config import Settings  # noqa: E402
 
 TARGET = ROOT / ".env.example"
 

@@ -6,35 +6,14 @@ Nothing else in the package reads `os.environ`.
 from __future__ import annotations
 
 import os
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .logging import redact_url
 from .seed_compat import log_level, seed_settings
-
-
-def env_value(value: Any) -> str:
-    """A value as it is written in an env file (.env.example, the CLI's --help)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def choices(annotation: Any) -> list[str]:
-    """The allowed values of a Literal field (also inside `X | None`)."""
-    if typing.get_origin(annotation) is Literal:
-        return [env_value(a) for a in typing.get_args(annotation)]
-    for arg in typing.get_args(annotation):
-        found = choices(arg)
-        if found:
-            return found
-    return []
 
 
 class Settings(BaseSettings):
@@ -150,8 +129,19 @@ class Settings(BaseSettings):
     max_queue: int = Field(default=64, ge=1)
     """Pending inference jobs before new requests get 503."""
     max_batch_size: int = Field(default=4, ge=1, le=64)
-    """Waiting batch-priority jobs with compatible options run as one engine batch of up to
-    this many; 1 turns batching off. Real-time jobs are never batched."""
+    """Rows decoded together. Qwen (QWEN_DECODE=steps): the rows in flight, uploads' segments
+    and streams' partials and finals alike, joining and leaving between decode steps; each
+    holds a static KV cache of KV_CACHE_TOKENS. Whisper: waiting upload jobs run as one
+    batch of up to this many. 1 turns batching off."""
+    qwen_decode: Literal["steps", "generate"] = "steps"
+    """Qwen's decode loop: `steps` (a static KV cache, rows join and leave between steps;
+    CUDA graphs on CUDA) or `generate` (transformers' generate on padded batches)."""
+    kv_cache_tokens: int = Field(default=1024, ge=256, le=32768)
+    """Tokens of static KV cache per row in flight (prompt, audio and answer; 30 s of speech
+    needs about 800). Allocated at load: MAX_BATCH_SIZE rows × this (docs/GPU.md). A
+    longer row is decoded alone with `generate`."""
+    cuda_graphs: Literal["auto", "off"] = "auto"
+    """The decode step as CUDA graphs (one per batch-size bucket): `auto` on CUDA only."""
 
     max_upload_mb: float = Field(default=100.0, gt=0)
     """Largest accepted upload, in MB (10^6 bytes)."""

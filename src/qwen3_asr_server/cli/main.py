@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from .. import __version__
-from ..config import Settings, choices, env_value
+from ..config import Settings
 from ..errors import ModelLoadError
 
 ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
@@ -34,6 +35,26 @@ COMMANDS = {
     "transcribe": "transcribe files to txt/srt/vtt/json in this process, or with --server URL "
     "through a running server",
 }
+
+
+def env_value(value: Any) -> str:
+    """A value as it is written in an env file (.env.example, the CLI's --help)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def choices(annotation: Any) -> list[str]:
+    """The allowed values of a Literal field (also inside `X | None`)."""
+    if typing.get_origin(annotation) is Literal:
+        return [env_value(a) for a in typing.get_args(annotation)]
+    for arg in typing.get_args(annotation):
+        found = choices(arg)
+        if found:
+            return found
+    return []
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -93,5 +93,9 @@ def engine_spec(settings: Settings, setting: str = "MODEL_ID") -> EngineSpec:
         "defaults": None if settings.model_id else (DEFAULT_CPU_MODEL, DEFAULT_CUDA_MODEL),
         "quantize": settings.quantize,
         "setting": setting,
+        "decode": settings.qwen_decode,
+        "rows": settings.max_batch_size,
+        "kv_tokens": settings.kv_cache_tokens,
+        "graphs": settings.cuda_graphs,
     }
     return EngineSpec("qwen", model_id, options)

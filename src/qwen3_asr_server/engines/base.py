@@ -94,6 +94,29 @@ class TranscribeResult:
     usage: TokenUsage | None = None  # when the engine counts tokens
 
 
+class RowSource(Protocol):
+    """Where a stepping engine's rows come from and where their answers go (the scheduler,
+    or a list for one `transcribe_batch` call). Handles are the source's own names."""
+
+    def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
+        """Up to `free` new rows, the most urgent first ([] when none waits)."""
+        ...
+
+    def gone(self, handle: object) -> bool:
+        """Nobody waits for this row any more: it leaves at the next step."""
+        ...
+
+    def done(
+        self, handle: object, result: TranscribeResult | None, error: Exception | None
+    ) -> None:
+        """The row's answer, as soon as it has one."""
+        ...
+
+    def stepped(self, rows: int) -> None:
+        """A decode step ran with `rows` rows (metrics)."""
+        ...
+
+
 class Engine(Protocol):
     """What the model manager and scheduler need from an ASR backend.
 
@@ -140,6 +163,17 @@ class Engine(Protocol):
     ) -> list[TranscribeResult]: ...
 
     @property
+    def steps(self) -> bool:
+        """Decodes step by step with rows joining and leaving between steps
+        (`decode_rows`); False: only whole calls (`transcribe_batch`)."""
+        ...
+
+    def decode_rows(self, source: RowSource) -> None:
+        """Decode rows from `source` until it has none left; each row is answered through
+        `source.done` as soon as it ends. Only for engines whose `steps` is True."""
+        ...
+
+    @property
     def capacity(self) -> int:
         """Calls it can run at once (the scheduler's threads): 1 for a model in this process
         or a worker; the backends' total for remote ones."""
@@ -148,3 +182,12 @@ class Engine(Protocol):
     def status(self) -> EngineStatus:
         """What /health and /metrics show of it; wrappers compose their inner engine's."""
         ...
+
+
+class WholeCalls:
+    """What engines that decode whole calls only (no rows joining between steps) say."""
+
+    steps = False
+
+    def decode_rows(self, source: RowSource) -> None:
+        raise NotImplementedError(f"{type(self).__name__} decodes whole calls only")

@@ -28,6 +28,8 @@ from .wrapping import EngineWrapper
 class DualEngine(EngineWrapper):
     """The main engine, except that partials go to `fast`; its status shows both."""
 
+    stepping = False  # two engines: whole calls, each to its engine
+
     def __init__(self, main: Engine, fast: Engine) -> None:
         super().__init__(main)
         self.main, self.fast = main, fast

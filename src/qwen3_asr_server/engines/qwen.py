@@ -7,21 +7,28 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-import numpy as np
 from loguru import logger
 
 from ..audio.pcm import SAMPLE_RATE
 from ..errors import ModelLoadError
 from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
 from ..transcript import Segment, Word
-from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .base import (
+    JobCancelledError,
+    RowSource,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    never_stop,
+)
 from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
-from .qwen_load import choose_attention, choose_dtype, load_checkpoint, quantize_int8
+from .qwen_load import choose_attention, choose_dtype, load_checkpoint, load_hint, quantize_int8
+from .qwen_loop import ListSource, run_rows
+from .qwen_rows import Decoder, Row, context, padded, prompt_for
 from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
 from .status import EngineStatus
 from .word_times import words_from_items
 
-MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
 # The languages Qwen3-ForcedAligner aligns (ISO codes).
 ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
 
@@ -42,6 +49,10 @@ class QwenEngine:
         defaults: tuple[str, str] | None = None,
         quantize: str | None = None,
         setting: str = "MODEL_ID",  # the setting that names it, for load errors
+        decode: str = "steps",  # our step loop (rows join between steps) or `generate`
+        rows: int = 4,  # rows in flight (MAX_BATCH_SIZE): the static cache's slots
+        kv_tokens: int = 1024,  # tokens per row in the static cache (prompt + answer)
+        graphs: str = "auto",  # CUDA graphs of the step: auto (on CUDA) or off
     ) -> None:
         self.model_id = model_id
         self._setting = setting
@@ -59,6 +70,9 @@ class QwenEngine:
         self._model: Any = None
         self._guard: GenerationGuard | None = None
         self._device: str | None = None
+        self._decode_setting, self._rows, self._kv_tokens = decode, rows, kv_tokens
+        self._graphs = graphs
+        self._decoder: Decoder | None = None
 
     @property
     def device(self) -> str:
@@ -119,7 +133,7 @@ class QwenEngine:
         except ModelLoadError:
             raise
         except Exception as exc:
-            raise ModelLoadError(_load_hint(self.model_id, exc, self._setting)) from exc
+            raise ModelLoadError(load_hint(self.model_id, exc, self._setting)) from exc
         if self._quantize == "int8":
             if cuda:
                 raise ModelLoadError(
@@ -140,6 +154,14 @@ class QwenEngine:
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
         audio_token = model.processor.tokenizer.convert_tokens_to_ids("<|audio_pad|>")
         self._guard = GenerationGuard(model.model, pad, audio_token)
+        if self.steps:  # the static cache is allocated now, sized by the settings
+            self._decoder = Decoder(
+                model,
+                self._rows,
+                self._kv_tokens,
+                graphs=cuda and self._graphs != "off",
+                sync_every=8 if cuda else 1,
+            )
         self._model = model
         self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
@@ -162,12 +184,13 @@ class QwenEngine:
         except ModelLoadError:
             raise
         except Exception as exc:
-            raise ModelLoadError(_load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc
+            raise ModelLoadError(load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc
 
     def unload(self) -> None:
         cuda = self._device == "cuda"
         self._model = None
         self._guard = None
+        self._decoder = None
         self._aligner = None
         self._device = None
         self.dtype = self.attention = None
@@ -182,9 +205,21 @@ class QwenEngine:
     ) -> TranscribeResult:
         return self.transcribe_batch([request], should_stop)[0]
 
-    # Not shown here that a padded batch decodes each item as it would alone: a long file's
-    # segments go one at a time (other requests' jobs may still join them).
-    long_form_batches = False
+    @property
+    def steps(self) -> bool:
+        return self._decode_setting == "steps"
+
+    @property
+    def long_form_batches(self) -> bool:
+        """The step path prefills each row alone and masks each row's attention to its own
+        positions: a row decodes as it would alone. `generate` pads a batch, which is not
+        shown to decode each item as alone, so a long file's segments go one at a time."""
+        return self.steps
+
+    def decode_rows(self, source: RowSource) -> None:
+        if self._decoder is None:
+            raise RuntimeError("QwenEngine.decode_rows called before load()")
+        run_rows(self._decoder, source, self._join, self._finish)
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return "qwen"  # the SDK takes a language and a context per item
@@ -194,6 +229,72 @@ class QwenEngine:
     ) -> list[TranscribeResult]:
         if self._model is None or self._guard is None:
             raise RuntimeError("QwenEngine.transcribe called before load()")
+        if self.steps:
+            source = ListSource(requests, should_stop)
+            self.decode_rows(source)
+            return source.answers()
+        return self._generated(requests, should_stop)
+
+    def _spec(self, request: TranscribeRequest) -> RowSpec:
+        """A row's token budget, candidate language headers and wish for logprobs."""
+        assert self._model is not None
+        budget = token_budget(len(request.audio) / SAMPLE_RATE, self._max_new_tokens)
+        names = [language_name(c) or c for c in request.languages] if not request.language else []
+        headers = header_ids(self._model.processor.tokenizer, names) if names else None
+        return RowSpec(budget, headers, request.logprobs)
+
+    def _join(self, handle: object, request: TranscribeRequest) -> Row | TranscribeResult:
+        """A row prefilled into the step loop; one too long for the static cache is decoded
+        alone by `generate` instead (answered at once)."""
+        assert self._model is not None and self._decoder is not None
+        prompt, forced = prompt_for(self._model, request)
+        row = Row(handle, request, self._spec(request), forced)
+        if self._decoder.prefill(row, prompt):
+            return row
+        tokens = row.record.input_tokens + row.spec.budget
+        logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: decoded alone", tokens)
+        return self._generated([request], never_stop)[0]
+
+    def _finish(self, row: Row) -> TranscribeResult:
+        from qwen_asr.inference.utils import parse_asr_output
+
+        assert self._model is not None
+        raw = self._model.processor.tokenizer.decode(
+            row.record.generated, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        language, text = parse_asr_output(raw, user_language=row.forced)
+        if row.hit:
+            warn_budget(row.request, row.spec.budget)
+        text = collapse_repetitions((text or "").strip())
+        code = language_code(language) or row.request.language
+        words = self._align([row.request], [text], [code], never_stop).get(0, [])
+        return self._result(row.request, text, code, row.record, row.seconds, words)
+
+    def _result(
+        self,
+        request: TranscribeRequest,
+        text: str,
+        language: str | None,
+        record: RowRecord,
+        seconds: float,
+        words: list[Word],
+    ) -> TranscribeResult:
+        assert self._model is not None
+        tokenizer = self._model.processor.tokenizer
+        segment = Segment(0.0, len(request.audio) / SAMPLE_RATE, text, words)
+        return TranscribeResult(
+            text=text,
+            language=language,
+            segments=[segment] if text else [],
+            engine_seconds=seconds,
+            logprobs=text_logprobs(tokenizer, record, EOS_IDS) if request.logprobs else None,
+            usage=usage(record),
+        )
+
+    def _generated(
+        self, requests: list[TranscribeRequest], should_stop: ShouldStop
+    ) -> list[TranscribeResult]:
+        """The SDK's path (QWEN_DECODE=generate): `generate` on padded batches."""
         started = time.perf_counter()
         texts: list[str] = [""] * len(requests)
         languages: list[str | None] = [None] * len(requests)
@@ -209,34 +310,16 @@ class QwenEngine:
                 records[i] = record
         words = self._align(requests, texts, languages, should_stop)
         share = (time.perf_counter() - started) / len(requests)
-        tokenizer = self._model.processor.tokenizer
-        out = []
-        for i, request in enumerate(requests):
-            segment = Segment(0.0, len(request.audio) / SAMPLE_RATE, texts[i], words.get(i, []))
-            logprobs = text_logprobs(tokenizer, records[i], EOS_IDS) if request.logprobs else None
-            out.append(
-                TranscribeResult(
-                    text=texts[i],
-                    language=languages[i],
-                    segments=[segment] if texts[i] else [],
-                    engine_seconds=share,
-                    logprobs=logprobs,
-                    usage=usage(records[i]),
-                )
-            )
-        return out
+        return [
+            self._result(r, texts[i], languages[i], records[i], share, words.get(i, []))
+            for i, r in enumerate(requests)
+        ]
 
     def _decode(
         self, requests: list[TranscribeRequest], should_stop: ShouldStop
     ) -> tuple[list[Any], list[RowRecord]]:
         assert self._model is not None and self._guard is not None
-        tokenizer = self._model.processor.tokenizer
-        rows = []
-        for r in requests:
-            budget = token_budget(len(r.audio) / SAMPLE_RATE, self._max_new_tokens)
-            names = [language_name(c) or c for c in r.languages] if not r.language else []
-            headers = header_ids(tokenizer, names) if names else None
-            rows.append(RowSpec(budget, headers, r.logprobs))
+        rows = [self._spec(r) for r in requests]
         self._model.max_new_tokens = max(row.budget for row in rows)
         with self._guard.limits(rows, should_stop) as state:
             # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
@@ -248,12 +331,7 @@ class QwenEngine:
         if should_stop():
             raise JobCancelledError("every caller of this job has gone")
         for index in sorted(state.hit):
-            logger.warning(
-                "the decode of {:.1f} s of audio hit its budget of {} tokens without an end "
-                "token (noise, or a broken checkpoint?); its text is cut there",
-                len(requests[index].audio) / SAMPLE_RATE,
-                rows[index].budget,
-            )
+            warn_budget(requests[index], rows[index].budget)
         records = state.records if len(state.records) == len(requests) else []
         return results, records or [RowRecord() for _ in requests]
 
@@ -289,23 +367,6 @@ class QwenEngine:
         return out
 
 
-def context(prompt: str | None, keywords: tuple[str, ...]) -> str:
-    """The SDK's `context` (the chat's system turn): the prompt, then the keywords as one
-    comma-separated line. Qwen3-ASR reads it as background that biases recognition."""
-    return "\n".join(part for part in (prompt or "", ", ".join(keywords)) if part)
-
-
-def padded(audio: np.ndarray) -> np.ndarray:
-    """Zero-pad clips under 0.5 s: the feature extractor raises on ≤ 200 samples, and short
-    unpadded clips often decode empty (the transformers port pads the same way). The
-    response keeps the real duration."""
-    if len(audio) >= MIN_SAMPLES:
-        return audio
-    out = np.zeros(MIN_SAMPLES, dtype=np.float32)
-    out[: len(audio)] = audio
-    return out
-
-
 def duration_groups(lengths: list[int]) -> list[list[int]]:
     """Indices grouped by similar length (the longest ≤ twice the shortest, or 2 s more)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -320,14 +381,10 @@ def duration_groups(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
-def _load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:
-    reason = f"{type(exc).__name__}: {exc}".strip()
-    if len(reason) > 400:
-        reason = reason[:400] + "..."
-    return (
-        f"Could not load {model_id!r} ({setting}: {reason}). "
-        f"Run `qwen3-asr-server download {model_id}`; if this machine is offline, run "
-        f"`qwen3-asr-server download {model_id} --to DIR` where it has internet, copy DIR "
-        f"here and set {setting}=DIR. `qwen3-asr-server check` lists what else is missing. "
-        "MODEL_ID=whisper-tiny.en serves the bundled offline model instead."
+def warn_budget(request: TranscribeRequest, budget: int) -> None:
+    logger.warning(
+        "the decode of {:.1f} s of audio hit its budget of {} tokens without an end token "
+        "(noise, or a broken checkpoint?); its text is cut there",
+        len(request.audio) / SAMPLE_RATE,
+        budget,
     )

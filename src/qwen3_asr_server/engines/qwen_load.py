@@ -84,3 +84,16 @@ def quantize_int8(network: Any) -> None:
     # The replaced float layers sit in reference cycles: without this they stay in memory
     # (measured: 4.8 GB RSS instead of 2.6 GB for the 0.6B shape).
     gc.collect()
+
+
+def load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:
+    reason = f"{type(exc).__name__}: {exc}".strip()
+    if len(reason) > 400:
+        reason = reason[:400] + "..."
+    return (
+        f"Could not load {model_id!r} ({setting}: {reason}). "
+        f"Run `qwen3-asr-server download {model_id}`; if this machine is offline, run "
+        f"`qwen3-asr-server download {model_id} --to DIR` where it has internet, copy DIR "
+        f"here and set {setting}=DIR. `qwen3-asr-server check` lists what else is missing. "
+        "MODEL_ID=whisper-tiny.en serves the bundled offline model instead."
+    )

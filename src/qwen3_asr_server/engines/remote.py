@@ -57,6 +57,7 @@ from .base import (
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
+    WholeCalls,
     never_stop,
 )
 from .remote_call import TRIAL_TIMEOUT, TRIAL_WAV, BackendFailedError, encode_wav, post_job
@@ -68,7 +69,7 @@ from .wrapping import wait_or_cancel
 T = TypeVar("T")
 
 
-class RemoteEngine:
+class RemoteEngine(WholeCalls):
     name = "remote"
 
     def __init__(

@@ -20,7 +20,14 @@ from ..errors import ModelLoadError
 from ..models.choice import resolve_model_path
 from ..text import join_texts
 from ..transcript import Segment
-from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .base import (
+    JobCancelledError,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    WholeCalls,
+    never_stop,
+)
 from .status import EngineStatus
 from .whisper_batch import batched_decode, to_segment
 from .whisper_draft import MAX_DRAFT_S, draft_words
@@ -43,7 +50,7 @@ def vocabulary_size(folder: Path) -> int | None:
     return None
 
 
-class WhisperEngine:
+class WhisperEngine(WholeCalls):
     name = "whisper"
     # Every item of a batched decode is padded to the same 30 s window and decoded alone
     # (tests/test_whisper.py checks that a segment's text is the same in any batch).

@@ -49,6 +49,8 @@ class WorkerEngine(EngineWrapper):
     """Proxies an engine (`template`: built from `spec`, never loaded, here) to a child
     process that builds the same engine from the same picklable `spec`."""
 
+    stepping = False  # the model runs in the child: whole calls over the pipe
+
     def __init__(
         self,
         template: Engine,

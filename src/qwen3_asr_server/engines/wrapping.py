@@ -7,7 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 
-from .base import Engine, ShouldStop, TranscribeRequest, TranscribeResult, never_stop
+from .base import (
+    Engine,
+    RowSource,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+    never_stop,
+)
 from .status import EngineStatus
 
 POLL = 0.05  # seconds between checks of `should_stop` while waiting
@@ -79,6 +86,17 @@ class EngineWrapper:
         self, requests: list[TranscribeRequest], should_stop: ShouldStop = never_stop
     ) -> list[TranscribeResult]:
         return self.inner.transcribe_batch(requests, should_stop)
+
+    stepping = True  # False in a wrapper that cannot hand rows to `inner` between steps
+
+    @property
+    def steps(self) -> bool:
+        return self.stepping and self.inner.steps
+
+    def decode_rows(self, source: RowSource) -> None:
+        if not self.steps:
+            raise NotImplementedError(f"{type(self).__name__} decodes whole calls only")
+        self.inner.decode_rows(source)
 
 
 def wait_or_cancel(

@@ -1,0 +1,97 @@
+"""The decode loop of the Qwen engine's step path: rows from a RowSource join between steps
+(prefilled alone), leave at their end token or budget, or when nobody waits for them any
+more, and each is answered the moment it ends, not when the whole batch does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .base import (
+    JobCancelledError,
+    RowSource,
+    ShouldStop,
+    TranscribeRequest,
+    TranscribeResult,
+)
+from .qwen_rows import Decoder, Row
+
+Join = Callable[[object, TranscribeRequest], "Row | TranscribeResult"]
+
+
+def run_rows(
+    decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
+) -> None:
+    """Until the source has no row left. `join` prefills a row (or answers it another way:
+    a result); `finish` turns an ended row into its answer."""
+    while True:
+        answer(decoder, source, finish)  # rows that ended in the last step, or were left
+        took = False
+        for handle, request in source.take(decoder.free) if decoder.free else []:
+            took = True
+            try:
+                joined = join(handle, request)
+            except Exception as exc:  # this row's input: only this row fails
+                source.done(handle, None, exc)
+                continue
+            if isinstance(joined, TranscribeResult):
+                source.done(handle, joined, None)
+        answer(decoder, source, finish)  # rows that ended at their first token
+        if not decoder.rows:
+            if took:
+                continue
+            return
+        source.stepped(len(decoder.rows))
+        try:
+            decoder.step()
+        except Exception as exc:  # the step itself failed: every row in it hears why
+            for row in decoder.leave(lambda r: True):
+                source.done(row.handle, None, exc)
+
+
+def answer(decoder: Decoder, source: RowSource, finish: Callable[[Row], TranscribeResult]) -> None:
+    """Answer the rows that ended, and drop those whose caller has gone."""
+    for row in decoder.leave(lambda r: r.ended or source.gone(r.handle)):
+        if not row.ended:
+            source.done(row.handle, None, JobCancelledError("its caller has gone"))
+            continue
+        try:
+            source.done(row.handle, finish(row), None)
+        except Exception as exc:
+            source.done(row.handle, None, exc)
+
+
+class ListSource:
+    """The rows of one `transcribe_batch` call: all taken at once, answers kept in order."""
+
+    def __init__(self, requests: list[TranscribeRequest], should_stop: ShouldStop) -> None:
+        self._waiting: list[tuple[object, TranscribeRequest]] = list(enumerate(requests))
+        self._should_stop = should_stop
+        self.results: list[TranscribeResult | None] = [None] * len(requests)
+        self.error: Exception | None = None
+        self.started = time.perf_counter()
+
+    def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
+        taken, self._waiting = self._waiting[:free], self._waiting[free:]
+        return taken
+
+    def gone(self, handle: object) -> bool:
+        return self._should_stop()
+
+    def done(
+        self, handle: object, result: TranscribeResult | None, error: Exception | None
+    ) -> None:
+        assert isinstance(handle, int)
+        if error is not None:
+            self.error = self.error or error
+        self.results[handle] = result
+
+    def stepped(self, rows: int) -> None:
+        pass
+
+    def answers(self) -> list[TranscribeResult]:
+        """The results in order; the first error if a row failed (the scheduler then runs
+        the jobs one by one, so that one bad input fails only itself)."""
+        if self.error is not None:
+            raise self.error
+        return [r for r in self.results if r is not None]

@@ -1,0 +1,217 @@
+"""The rows of our Qwen3-ASR decode loop (`qwen_steps.py`): a request's prompt, its prefill
+into a cache slot, its tokens as the steps produce them, and when it ends (its end token,
+its budget, or its caller gone).
+
+The steps keep every running row's next token on the device; the host reads the tokens
+back every `sync_every` steps (1 on CPU; more on CUDA, where each read is a
+synchronisation), and rows join and leave only then. A row that ended a few steps before a
+read has its extra tokens dropped. Rows restricted to candidate language headers are read
+every step while the header is open.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..audio.pcm import SAMPLE_RATE
+from ..text import language_name
+from .base import TranscribeRequest
+from .qwen_guard import EOS_IDS, RowSpec, restrict
+from .qwen_steps import Cache, CapturedStep, Shape, Stepper, bucket
+from .qwen_tokens import RowRecord
+
+MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
+
+
+@dataclass
+class Row:
+    handle: object  # the caller's name for it
+    request: TranscribeRequest
+    spec: RowSpec
+    forced: str | None  # the language named in the prompt (the answer is then text only)
+    record: RowRecord = field(default_factory=RowRecord)
+    length: int = 0  # tokens in its cache slot
+    next: int = 0  # the token it feeds next
+    ended: bool = False
+    hit: bool = False  # stopped at its budget without an end token
+    seconds: float = 0.0  # engine time: its prefill, and its share of each step
+
+    def take(self, token: int, logprob: float | None) -> None:
+        """A token the model chose for this row (ignored once it has ended)."""
+        if self.ended:
+            return
+        self.record.generated.append(token)
+        if logprob is not None:
+            self.record.logprobs.append(logprob)
+        self.next = token
+        if token in EOS_IDS:
+            self.ended = True
+        elif len(self.record.generated) >= self.spec.budget:
+            self.ended = self.hit = True
+
+    @property
+    def header_open(self) -> bool:
+        done = len(self.record.generated)
+        return bool(self.spec.headers) and any(len(h) > done for h in self.spec.headers or [])
+
+
+class Decoder:
+    """The static cache, the step, and the rows in flight (slot i holds rows[i])."""
+
+    def __init__(
+        self, sdk: Any, slots: int, length: int, graphs: bool, sync_every: int = 1
+    ) -> None:
+        thinker = sdk.model.thinker
+        config = thinker.config.text_config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // (
+            config.num_attention_heads
+        )
+        shape = Shape(config.num_hidden_layers, config.num_key_value_heads, head_dim)
+        self.sdk = sdk
+        self.thinker = thinker
+        self.device = thinker.device
+        self.slots = bucket(slots) if graphs else slots
+        self.cache = Cache(shape, self.slots, length, self.device, thinker.dtype)
+        self.stepper = Stepper(thinker, self.cache)
+        self.graphs = graphs
+        self.sync_every = max(1, sync_every)
+        self.rows: list[Row] = []
+
+    @property
+    def free(self) -> int:
+        return self.slots - len(self.rows)
+
+    def fits(self, row: Row, prompt_tokens: int) -> bool:
+        return prompt_tokens + row.spec.budget + self.sync_every <= self.cache.length
+
+    def prefill(self, row: Row, prompt: str) -> bool:
+        """Run the row's prompt alone through the model, keep its keys and values in the
+        next slot, and choose its first token. False: it does not fit in the cache."""
+        import torch
+
+        processor = self.sdk.processor
+        inputs = processor(
+            text=[prompt], audio=[padded(row.request.audio)], return_tensors="pt", padding=True
+        )
+        inputs = inputs.to(self.device).to(self.thinker.dtype)
+        ids = inputs["input_ids"]
+        audio_token = self.thinker.config.audio_token_id
+        row.record.input_tokens = int(ids.shape[1])
+        row.record.audio_tokens = int((ids[0] == audio_token).sum())
+        if not self.fits(row, int(ids.shape[1])):
+            return False
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = self.thinker(**inputs, use_cache=True)
+        row.length = self.cache.fill(len(self.rows), out.past_key_values)
+        self.rows.append(row)
+        self._choose([row], out.logits[:, -1])
+        row.seconds += time.perf_counter() - started
+        return True
+
+    def step(self) -> None:
+        """`sync_every` steps (one while a header is restricted); tokens read back once."""
+        import torch
+
+        rows = self.rows
+        started = time.perf_counter()
+        restricted = any(r.header_open for r in rows)
+        steps = 1 if restricted else self.sync_every
+        device = self.device
+        tokens = torch.tensor([r.next for r in rows], dtype=torch.long, device=device)
+        positions = torch.tensor([r.length for r in rows], dtype=torch.long, device=device)
+        chosen, scores = [], []
+        with torch.inference_mode():
+            for _ in range(steps):
+                logits = self._logits(tokens, positions)
+                if restricted:
+                    self._choose(rows, logits)
+                    break
+                tokens = logits.argmax(-1)
+                chosen.append(tokens)
+                if any(r.spec.logprobs for r in rows):
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    scores.append(logp.gather(1, tokens[:, None])[:, 0])
+                positions = positions + 1
+        if chosen:
+            picked = torch.stack(chosen, 1).tolist()
+            lps = torch.stack(scores, 1).tolist() if scores else None
+            for i, row in enumerate(rows):
+                for s, token in enumerate(picked[i]):
+                    row.take(token, lps[i][s] if lps and row.spec.logprobs else None)
+        share = (time.perf_counter() - started) / len(rows)
+        for row in rows:
+            row.length += steps
+            row.seconds += share
+
+    def _logits(self, tokens: Any, positions: Any) -> Any:
+        rows = tokens.shape[0]
+        if not self.graphs:
+            kv_len = int(positions.max()) + 1
+            return self.stepper.run(tokens, positions, kv_len)
+        size = bucket(rows)
+        graph = self.stepper.graphs.get(size)
+        if graph is None:
+            graph = self.stepper.graphs[size] = CapturedStep(self.stepper, size)
+        out: Any = graph(tokens, positions)
+        return out
+
+    def _choose(self, rows: list[Row], logits: Any) -> None:
+        """One token per row from `logits` [rows, vocab], on the host: greedy, within the
+        candidate headers while one is open, with its log probability if asked."""
+        import torch
+
+        ids = torch.tensor([[0]], device=logits.device)  # (restrict reads the generated ids)
+        for i, row in enumerate(rows):
+            scores = logits[i : i + 1].float()
+            if row.header_open:
+                done = row.record.generated
+                ids = torch.tensor([done], dtype=torch.long).reshape(1, len(done))
+                scores = restrict(ids, scores.clone(), [row.spec])
+            token = int(scores.argmax(-1))
+            logprob = None
+            if row.spec.logprobs:
+                logprob = float(torch.log_softmax(scores, dim=-1)[0, token])
+            row.take(token, logprob)
+
+    def leave(self, ended: Callable[[Row], bool]) -> list[Row]:
+        """Take out the rows for which `ended(row)`; the last rows move into their slots."""
+        gone = [r for r in self.rows if ended(r)]
+        for row in gone:
+            slot = self.rows.index(row)
+            last = len(self.rows) - 1
+            if slot != last:
+                moved = self.rows[last]
+                self.cache.move(last, slot, moved.length)
+                self.rows[slot] = moved
+            self.rows.pop()
+        return gone
+
+
+def prompt_for(sdk: Any, request: TranscribeRequest) -> tuple[str, str | None]:
+    """The SDK's chat prompt for a request, and the language it forces (if any)."""
+    forced = language_name(request.language)
+    text: str = sdk._build_text_prompt(context(request.prompt, request.keywords), forced)
+    return text, forced
+
+
+def context(prompt: str | None, keywords: tuple[str, ...]) -> str:
+    """The SDK's `context` (the chat's system turn): the prompt, then the keywords as one
+    comma-separated line. Qwen3-ASR reads it as background that biases recognition."""
+    return "\n".join(part for part in (prompt or "", ", ".join(keywords)) if part)
+
+
+def padded(audio: np.ndarray) -> np.ndarray:
+    """Zero-pad clips under 0.5 s: the feature extractor raises on ≤ 200 samples, and short
+    unpadded clips often decode empty (the transformers port pads the same way). The
+    response keeps the real duration."""
+    if len(audio) >= MIN_SAMPLES:
+        return audio
+    out = np.zeros(MIN_SAMPLES, dtype=np.float32)
+    out[: len(audio)] = audio
+    return out

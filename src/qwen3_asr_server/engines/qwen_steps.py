@@ -1,0 +1,153 @@
+"""Our own Qwen3-ASR decode loop (issue 43): rows join and leave between steps.
+
+Each row's prompt (chat template, audio encoder output) is prefilled alone through the
+model's own forward, so a row's first token is what it would be alone; its keys and values
+then go into a static cache (`Cache`: one slot per row in flight, allocated once). A decode
+step runs every row in flight together, one token each: one embedding, one pass over the
+layers with the model's own modules (norms, projections, rotary embedding, MLP), attention
+over each row's cached positions only, and one LM head. Rows in flight always occupy
+slots 0..n-1: a row that leaves has the last row moved into its slot, so a step reads
+`[:n]` views of the cache, never a gather.
+
+On CUDA the step can be captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...):
+the running rows are padded to the next bucket (padding rows write into a spare slot), and
+every step is one graph launch. torch is imported only inside calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def bucket(rows: int) -> int:
+    """The captured batch size a step of `rows` rows runs at."""
+    return next((b for b in BUCKETS if b >= rows), rows)
+
+
+@dataclass
+class Shape:
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+class Cache:
+    """Keys and values of every layer for `slots` rows of up to `length` tokens, plus one
+    spare slot that padding rows write into."""
+
+    def __init__(self, shape: Shape, slots: int, length: int, device: Any, dtype: Any) -> None:
+        import torch
+
+        self.slots, self.length = slots, length
+        size = (slots + 1, shape.kv_heads, length, shape.head_dim)
+        self.keys = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.layers)]
+        self.values = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.layers)]
+
+    @property
+    def spare(self) -> int:
+        return self.slots
+
+    @property
+    def bytes(self) -> int:
+        return sum(k.numel() * k.element_size() * 2 for k in self.keys)
+
+    def fill(self, slot: int, past: Any) -> int:
+        """Copy a prefill's DynamicCache (batch 1) into `slot`; returns its length."""
+        length = 0
+        for layer, (keys, values) in enumerate(past):
+            length = keys.shape[2]
+            self.keys[layer][slot, :, :length] = keys[0]
+            self.values[layer][slot, :, :length] = values[0]
+        return length
+
+    def move(self, source: int, target: int, length: int) -> None:
+        for k, v in zip(self.keys, self.values, strict=True):
+            k[target, :, :length] = k[source, :, :length]
+            v[target, :, :length] = v[source, :, :length]
+
+
+class Stepper:
+    """One decode step over the rows in flight, with the thinker's own modules."""
+
+    def __init__(self, thinker: Any, cache: Cache) -> None:
+        self.text = thinker.model  # embed_tokens, layers, norm, rotary_emb
+        self.head = thinker.lm_head
+        self.cache = cache
+        self.graphs: dict[int, Any] = {}  # bucket -> CapturedStep (CUDA only)
+
+    def run(self, tokens: Any, positions: Any, kv_len: int) -> Any:
+        """Logits [B, vocab] for `tokens` [B] at `positions` [B] (each row's length so far):
+        row i is in slot i and attends to its positions ≤ its own. `kv_len` bounds the
+        positions read (eager: the longest row + 1; a graph: the whole cache)."""
+        import torch
+
+        rows = tokens.shape[0]
+        hidden = self.text.embed_tokens(tokens)[:, None, :]
+        cos, sin = self.text.rotary_emb(hidden, positions[:, None])
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, 1, head_dim], broadcast over heads
+        span = torch.arange(kv_len, device=tokens.device)
+        mask = (span[None, :] <= positions[:, None])[:, None, None, :]  # [B, 1, 1, kv_len]
+        slots = torch.arange(rows, device=tokens.device)
+        for index, layer in enumerate(self.text.layers):
+            attn = layer.self_attn
+            residual = hidden
+            x = layer.input_layernorm(hidden)
+            shape = (rows, 1, -1, attn.head_dim)
+            q = attn.q_norm(attn.q_proj(x).view(shape)).transpose(1, 2)
+            k = attn.k_norm(attn.k_proj(x).view(shape)).transpose(1, 2)
+            v = attn.v_proj(x).view(shape).transpose(1, 2)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            keys, values = self.cache.keys[index], self.cache.values[index]
+            keys[slots, :, positions] = k[:, :, 0]
+            values[slots, :, positions] = v[:, :, 0]
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q,
+                keys[:rows, :, :kv_len],
+                values[:rows, :, :kv_len],
+                attn_mask=mask,
+                scale=attn.scaling,
+                enable_gqa=True,
+            )
+            hidden = residual + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.head(self.text.norm(hidden))[:, 0]
+
+
+def rotate(x: Any, cos: Any, sin: Any) -> Any:
+    """RoPE as the model applies it (rotate_half)."""
+    import torch
+
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class CapturedStep:
+    """The step for one bucket captured as a CUDA graph on static input buffers."""
+
+    def __init__(self, stepper: Stepper, rows: int) -> None:
+        import torch
+
+        device = stepper.cache.keys[0].device
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=device)
+        length = stepper.cache.length
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: kernels chosen, allocations made, off the graph
+                stepper.run(self.tokens, self.positions, length)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = stepper.run(self.tokens, self.positions, length)
+
+    def __call__(self, tokens: Any, positions: Any) -> Any:
+        rows = tokens.shape[0]
+        self.tokens[:rows].copy_(tokens)
+        self.positions[:rows].copy_(positions)
+        self.graph.replay()
+        return self.logits[:rows]
