@@ -53,6 +53,27 @@ class Recording:
             return self.inner.transcribe_batch(requests)
         return self.inner.transcribe_batch(requests, should_stop)
 
+    def decode_rows(self, source: Any) -> None:
+        """Qwen's step loop: the rows are recorded as they join, their texts as they end."""
+        outer = self
+
+        class Recorded:
+            def __getattr__(self, item: str) -> Any:
+                return getattr(source, item)
+
+            def take(self, free: int) -> Any:
+                rows = source.take(free)
+                if rows:
+                    outer._record([request for _, request in rows])
+                return rows
+
+            def done(self, handle: Any, result: Any, error: Any) -> None:
+                if result is not None:
+                    outer.texts.append(result.text)
+                source.done(handle, result, error)
+
+        self.inner.decode_rows(Recorded())
+
 
 class GatedLoad(Recording):
     """A real engine whose `load()` first waits for `gate` (a stalled download, a child stuck
@@ -75,6 +96,6 @@ class Capturing(Recording):
         super().__init__(engine)
         self.requests: list[Any] = []
 
-    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
-        self.requests.append(request)
-        return super().transcribe(request, should_stop)
+    def _record(self, requests: list[Any]) -> None:
+        self.requests.extend(requests)
+        super()._record(requests)

@@ -41,6 +41,21 @@ class SlowSingles:
         self.batch_sizes.append(len(requests))
         return self.inner.transcribe_batch(requests)
 
+    def decode_rows(self, source: Any) -> None:
+        """Qwen's step loop: the rows of each decode step are counted."""
+        sizes = self.batch_sizes
+
+        class Counted:
+            def __getattr__(self, item: str) -> Any:
+                return getattr(source, item)
+
+            def stepped(self, rows: int) -> None:
+                sizes.append(rows)
+                source.stepped(rows)
+
+        time.sleep(self.delay)  # the others queue up meanwhile
+        self.inner.decode_rows(Counted())
+
 
 def concurrent(srv: LiveServer, files: list[str], **kw: Any) -> dict[str, str]:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)

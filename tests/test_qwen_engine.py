@@ -18,8 +18,10 @@ from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from qwen3_asr_server.engines.base import TranscribeRequest, never_stop
-from qwen3_asr_server.engines.qwen import QwenEngine, duration_groups, padded
+from qwen3_asr_server.engines.qwen import QwenEngine
+from qwen3_asr_server.engines.qwen_generate import duration_groups
 from qwen3_asr_server.engines.qwen_load import choose_attention, choose_dtype
+from qwen3_asr_server.engines.qwen_rows import padded
 from qwen3_asr_server.engines.word_times import words_from_items
 from qwen3_asr_server.errors import ModelLoadError
 from qwen3_asr_server.models.choice import DEFAULT_CPU_MODEL

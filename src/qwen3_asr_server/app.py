@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             settings.max_queue,
             max_batch=settings.max_batch_size,
             on_start=metrics.observe_job,
+            on_batch=metrics.observe_batch,
             # remote backends (also DUAL_MODEL's main engine): their total capacity
             workers=chosen.capacity,
         )

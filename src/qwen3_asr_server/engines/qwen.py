@@ -14,17 +14,24 @@ from ..errors import ModelLoadError
 from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
 from ..transcript import Segment, Word
 from .base import (
-    JobCancelledError,
     RowSource,
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
     never_stop,
 )
+from .qwen_generate import duration_groups, generate, warn_budget
 from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
-from .qwen_load import choose_attention, choose_dtype, load_checkpoint, load_hint, quantize_int8
+from .qwen_load import (
+    choose_attention,
+    choose_dtype,
+    load_aligner,
+    load_checkpoint,
+    load_hint,
+    quantize_int8,
+)
 from .qwen_loop import ListSource, run_rows
-from .qwen_rows import Decoder, Row, context, padded, prompt_for
+from .qwen_rows import Decoder, Row, padded, prompt_for
 from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
 from .status import EngineStatus
 from .word_times import words_from_items
@@ -149,7 +156,7 @@ class QwenEngine:
             max_new_tokens=self._max_new_tokens,
         )
         model.model.eval()
-        aligner = self._load_aligner(kwargs) if self.aligner_id else None
+        aligner = load_aligner(self.aligner_id, kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
         audio_token = model.processor.tokenizer.convert_tokens_to_ids("<|audio_pad|>")
@@ -166,25 +173,6 @@ class QwenEngine:
         self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
         self.dtype, self.attention = dtype, attention
-
-    def _load_aligner(self, kwargs: dict[str, Any]) -> Any:
-        """Loaded with the model (not on first use inside the inference thread, where a load
-        or a download would stall every stream), with the same device, dtype, attention."""
-        from qwen_asr.inference.qwen3_forced_aligner import (
-            Qwen3ForceAlignProcessor,
-            Qwen3ForcedAligner,
-        )
-        from transformers import AutoProcessor
-
-        path = str(self.aligner_id)
-        try:
-            network = load_checkpoint(path, "FORCED_ALIGNER_ID", **kwargs)
-            processor = AutoProcessor.from_pretrained(path, fix_mistral_regex=True)
-            return Qwen3ForcedAligner(network, processor, Qwen3ForceAlignProcessor())
-        except ModelLoadError:
-            raise
-        except Exception as exc:
-            raise ModelLoadError(load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc
 
     def unload(self) -> None:
         cuda = self._device == "cuda"
@@ -243,7 +231,9 @@ class QwenEngine:
         headers = header_ids(self._model.processor.tokenizer, names) if names else None
         return RowSpec(budget, headers, request.logprobs)
 
-    def _join(self, handle: object, request: TranscribeRequest) -> Row | TranscribeResult:
+    def _join(
+        self, handle: object, request: TranscribeRequest, should_stop: ShouldStop
+    ) -> Row | TranscribeResult:
         """A row prefilled into the step loop; one too long for the static cache is decoded
         alone by `generate` instead (answered at once)."""
         assert self._model is not None and self._decoder is not None
@@ -253,7 +243,7 @@ class QwenEngine:
             return row
         tokens = row.record.input_tokens + row.spec.budget
         logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: decoded alone", tokens)
-        return self._generated([request], never_stop)[0]
+        return self._generated([request], should_stop)[0]
 
     def _finish(self, row: Row) -> TranscribeResult:
         from qwen_asr.inference.utils import parse_asr_output
@@ -302,7 +292,10 @@ class QwenEngine:
         # Items of similar length share a call: upstream saw mixed-length batches corrupt
         # the shorter item on GPU (QwenLM/Qwen3-ASR#207).
         for group in duration_groups([len(r.audio) for r in requests]):
-            results, seen = self._decode([requests[i] for i in group], should_stop)
+            part = [requests[i] for i in group]
+            assert self._model is not None and self._guard is not None
+            specs = [self._spec(r) for r in part]
+            results, seen = generate(self._model, self._guard, part, specs, should_stop)
             for i, result, record in zip(group, results, seen, strict=True):
                 # Clean repetitions before alignment, so that words and text agree.
                 texts[i] = collapse_repetitions((result.text or "").strip())
@@ -314,26 +307,6 @@ class QwenEngine:
             self._result(r, texts[i], languages[i], records[i], share, words.get(i, []))
             for i, r in enumerate(requests)
         ]
-
-    def _decode(
-        self, requests: list[TranscribeRequest], should_stop: ShouldStop
-    ) -> tuple[list[Any], list[RowRecord]]:
-        assert self._model is not None and self._guard is not None
-        rows = [self._spec(r) for r in requests]
-        self._model.max_new_tokens = max(row.budget for row in rows)
-        with self._guard.limits(rows, should_stop) as state:
-            # Never a string: the SDK treats strings as paths, URLs (fetched!) or base64.
-            results: list[Any] = self._model.transcribe(
-                audio=[(padded(r.audio), SAMPLE_RATE) for r in requests],
-                context=[context(r.prompt, r.keywords) for r in requests],
-                language=[language_name(r.language) for r in requests],
-            )
-        if should_stop():
-            raise JobCancelledError("every caller of this job has gone")
-        for index in sorted(state.hit):
-            warn_budget(requests[index], rows[index].budget)
-        records = state.records if len(state.records) == len(requests) else []
-        return results, records or [RowRecord() for _ in requests]
 
     def _align(
         self,
@@ -365,26 +338,3 @@ class QwenEngine:
                 continue
             out[i] = words
         return out
-
-
-def duration_groups(lengths: list[int]) -> list[list[int]]:
-    """Indices grouped by similar length (the longest ≤ twice the shortest, or 2 s more)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    groups: list[list[int]] = []
-    for i in order:
-        if groups:
-            shortest = lengths[groups[-1][0]]
-            if lengths[i] <= max(2 * shortest, shortest + 2 * SAMPLE_RATE):
-                groups[-1].append(i)
-                continue
-        groups.append([i])
-    return groups
-
-
-def warn_budget(request: TranscribeRequest, budget: int) -> None:
-    logger.warning(
-        "the decode of {:.1f} s of audio hit its budget of {} tokens without an end token "
-        "(noise, or a broken checkpoint?); its text is cut there",
-        len(request.audio) / SAMPLE_RATE,
-        budget,
-    )

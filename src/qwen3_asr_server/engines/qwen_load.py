@@ -97,3 +97,22 @@ def load_hint(model_id: str, exc: Exception, setting: str = "MODEL_ID") -> str:
         f"here and set {setting}=DIR. `qwen3-asr-server check` lists what else is missing. "
         "MODEL_ID=whisper-tiny.en serves the bundled offline model instead."
     )
+
+
+def load_aligner(path: str, kwargs: dict[str, Any]) -> Any:
+    """Loaded with the model (not on first use inside the inference thread, where a load
+    or a download would stall every stream), with the same device, dtype, attention."""
+    from qwen_asr.inference.qwen3_forced_aligner import (
+        Qwen3ForceAlignProcessor,
+        Qwen3ForcedAligner,
+    )
+    from transformers import AutoProcessor
+
+    try:
+        network = load_checkpoint(path, "FORCED_ALIGNER_ID", **kwargs)
+        processor = AutoProcessor.from_pretrained(path, fix_mistral_regex=True)
+        return Qwen3ForcedAligner(network, processor, Qwen3ForceAlignProcessor())
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc

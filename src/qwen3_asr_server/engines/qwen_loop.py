@@ -4,6 +4,7 @@ more, and each is answered the moment it ends, not when the whole batch does."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -16,7 +17,7 @@ from .base import (
 )
 from .qwen_rows import Decoder, Row
 
-Join = Callable[[object, TranscribeRequest], "Row | TranscribeResult"]
+Join = Callable[[object, TranscribeRequest, ShouldStop], "Row | TranscribeResult"]
 
 
 def run_rows(
@@ -30,7 +31,7 @@ def run_rows(
         for handle, request in source.take(decoder.free) if decoder.free else []:
             took = True
             try:
-                joined = join(handle, request)
+                joined = join(handle, request, functools.partial(source.gone, handle))
             except Exception as exc:  # this row's input: only this row fails
                 source.done(handle, None, exc)
                 continue

@@ -34,11 +34,14 @@ class Job(Generic[T]):
 @dataclass(frozen=True)
 class BatchSpec:
     """Lets the worker run this job together with other waiting jobs of the same `key` and
-    priority: `run_many(items)` returns one result per item, in order."""
+    priority: `run_many(items)` returns one result per item, in order. With `steps` (an
+    engine that decodes step by step: `decode_rows`), the job is a row instead, and waiting
+    jobs of the same key join the running rows between steps, whatever their priority."""
 
     key: Hashable
-    item: Any
+    item: Any  # the request, or a function that builds it when the job starts
     run_many: Callable[[list[Any]], list[Any]]
+    steps: Callable[[Any], None] | None = None
 
 
 class Admission:

@@ -57,7 +57,9 @@ class Metrics:
         )
         self.batch_size = Histogram(
             "asr_batch_size",
-            "Jobs per engine call.",
+            "Jobs per engine call, or rows per decode step (Qwen's step loop), by the most "
+            "urgent priority in it.",
+            ["priority"],
             buckets=(1, 2, 4, 8, 16, 32, 64),
             registry=r,
         )
@@ -103,10 +105,13 @@ class Metrics:
         """For gc.callbacks (installed by the app's lifespan): time each collection."""
         self.gc_pauses.callback(phase, info)
 
-    def observe_job(self, priority: int, waited: float, batch: int) -> None:
+    def observe_job(self, priority: int, waited: float) -> None:
         """Called by the scheduler's worker thread when a job starts."""
         self.queue_wait.labels(PRIORITY_NAMES.get(priority, str(priority))).observe(waited)
-        self.batch_size.observe(batch)
+
+    def observe_batch(self, priority: int, jobs: int) -> None:
+        """An engine call of `jobs` jobs, or a decode step of `jobs` rows."""
+        self.batch_size.labels(PRIORITY_NAMES.get(priority, str(priority))).observe(jobs)
 
     def observe_inference(
         self, engine: str, priority: int, engine_seconds: float, audio_seconds: float

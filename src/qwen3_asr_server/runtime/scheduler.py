@@ -13,17 +13,18 @@ error (the seed's queue died exactly there, see DESIGN.md §4).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from loguru import logger
 
 from ..errors import QueueFullError, RequestTimeoutError, UnavailableError
 from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, deliver
+from .queue import JobQueue
+from .rows import JobRows
 
 __all__ = ["BATCH", "PARTIAL", "REALTIME", "Admission", "BatchSpec", "PriorityScheduler"]
 T = TypeVar("T")
@@ -36,7 +37,8 @@ class PriorityScheduler:
         max_batch: int = 1,
         name: str = "inference",
         batch_max_wait: float = 1.0,
-        on_start: Callable[[int, float, int], None] | None = None,
+        on_start: Callable[[int, float], None] | None = None,
+        on_batch: Callable[[int, int], None] | None = None,
         workers: int = 1,
         realtime_quiet: float = 5.0,
     ) -> None:
@@ -48,10 +50,11 @@ class PriorityScheduler:
         self._last_realtime = -realtime_quiet
         self.max_batch = max_batch
         self.batch_max_wait = batch_max_wait
-        self._on_start = on_start  # (priority, seconds waited, jobs in the call): metrics
+        self._on_start = on_start  # (priority, seconds waited) as each job starts: metrics
+        self._on_batch = on_batch  # (most urgent priority, jobs) per engine call or step
         self._local = threading.local()  # the group of jobs running on this worker thread
         self._name = name
-        self._heap: list[Job[Any]] = []
+        self._queue = JobQueue(batch_max_wait)
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._running = 0
@@ -78,7 +81,7 @@ class PriorityScheduler:
         """Refuse new jobs, fail the pending ones, wait for the running one to finish."""
         with self._cond:
             self._stopping = True
-            pending, self._heap = self._heap, []
+            pending = self._queue.drain()
             self._cond.notify_all()
         for job in pending:
             job.state = "cancelled"
@@ -94,7 +97,7 @@ class PriorityScheduler:
     def depth(self) -> int:
         """Jobs waiting, not counting the one running."""
         with self._cond:
-            return len(self._heap)
+            return len(self._queue)
 
     @property
     def arriving(self) -> int:
@@ -119,7 +122,7 @@ class PriorityScheduler:
         with self._cond:
             if self._stopping or not self._threads:
                 raise UnavailableError("The server is shutting down.", code="shutting_down")
-            if len(self._heap) + self._arriving >= self.max_queue:
+            if len(self._queue) + self._arriving >= self.max_queue:
                 raise QueueFullError()
             self._arriving += 1
         admission = Admission(self._arrived)
@@ -173,7 +176,7 @@ class PriorityScheduler:
                 raise QueueFullError()
             if priority < BATCH:
                 self._last_realtime = time.monotonic()
-            heapq.heappush(self._heap, job)
+            self._queue.push(job)
             self._cond.notify()
         if admitted:
             admission = ADMISSION.get()
@@ -192,16 +195,12 @@ class PriorityScheduler:
 
     def _ahead(self, priority: int) -> int:
         """Waiting jobs of this priority or a more urgent one (lock held)."""
-        return sum(1 for job in self._heap if job.priority <= priority)
+        return self._queue.ahead(priority)
 
     def _cancel(self, job: Job[Any]) -> None:
         with self._cond:
             if job.state == "pending":
-                try:
-                    self._heap.remove(job)
-                    heapq.heapify(self._heap)
-                except ValueError:
-                    pass
+                self._queue.remove(job)
             if job.state in ("pending", "running"):
                 job.state = "cancelled"
         job.future.cancel()
@@ -210,21 +209,28 @@ class PriorityScheduler:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._heap and not self._stopping:
+                while not self._queue and not self._stopping:
                     self._cond.wait()
-                if self._stopping and not self._heap:
+                if self._stopping and not self._queue:
                     return
-                job = self._pop()
+                job = self._queue.pop(time.monotonic())
                 if job.state != "pending":
                     del job  # a cancelled job's request (its audio) is not kept while idle
                     continue
-                group = [job, *self._partners(job)]
+                steps = job.batch is not None and job.batch.steps is not None
+                group = [job] if steps else [job, *self._partners(job)]
                 for member in group:
                     member.state = "running"
                 self._running += len(group)
+            if steps:
+                self._run_steps(job)
+                del job, group, member
+                continue
             self._local.group = group
-            if self._on_start is not None:
-                self._on_start(job.priority, time.monotonic() - job.queued_at, len(group))
+            for member in group:
+                self._started(member)
+            if self._on_batch is not None:
+                self._on_batch(job.priority, len(group))
             try:
                 if len(group) == 1:
                     self._run_one(job)
@@ -236,38 +242,44 @@ class PriorityScheduler:
                 self._running -= len(group)
             del job, group, member  # nor the last one's, while this thread waits for the next
 
-    def _pop(self) -> Job[Any]:
-        """The next job (lock held): the heap's first, except that a batch job waiting
-        longer than `batch_max_wait` goes before partials."""
-        first = self._heap[0]
-        if first.priority == PARTIAL:
-            waiting = [j for j in self._heap if j.priority == BATCH and j.state == "pending"]
-            oldest = min(waiting, default=None)
-            if oldest is not None and time.monotonic() - oldest.queued_at >= self.batch_max_wait:
-                self._heap.remove(oldest)
-                heapq.heapify(self._heap)
-                return oldest
-        return heapq.heappop(self._heap)
+    def _started(self, job: Job[Any]) -> None:
+        if self._on_start is not None:
+            self._on_start(job.priority, time.monotonic() - job.queued_at)
+
+    def _run_steps(self, first: Job[Any]) -> None:
+        """An engine that decodes step by step: waiting jobs of the same key join its rows
+        between steps (`_take_rows`), most urgent first, and each is answered as its row
+        ends."""
+        assert first.batch is not None and first.batch.steps is not None
+        rows = JobRows(first, self._take_rows, self._row_done, self._started, self._on_batch)
+        try:
+            first.context.run(first.batch.steps, rows)
+        except BaseException as exc:  # the worker must outlive any engine failure
+            logger.opt(exception=exc).error("the step loop failed")
+            rows.fail(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+        rows.fail(RuntimeError("the engine left this job unanswered"))
+
+    def _take_rows(self, key: Hashable, free: int) -> list[Job[Any]]:
+        """Waiting jobs that join a running step loop of `key` (`JobQueue.joiners`)."""
+        with self._cond:
+            if self._stopping:
+                return []
+            taken = self._queue.joiners(key, free, time.monotonic())
+            for job in taken:
+                job.state = "running"
+            self._running += len(taken)
+        return taken
+
+    def _row_done(self, job: Job[Any], result: Any, error: Exception | None) -> None:
+        self._finish(job, result, error)
+        with self._cond:
+            self._running -= 1
 
     def _partners(self, first: Job[Any]) -> list[Job[Any]]:
         """Waiting jobs that may share an engine call with `first` (lock held)."""
-        if first.batch is None or self.max_batch < 2:
-            return []
-        if first.priority == BATCH and self.realtime_recent():
-            return []  # streams are live: keep each upload job short
-        same = [
-            j
-            for j in sorted(self._heap)
-            if j.batch is not None
-            and j.state == "pending"
-            and j.priority == first.priority
-            and j.batch.key == first.batch.key
-        ][: self.max_batch - 1]
-        if same:
-            chosen = {id(j) for j in same}
-            self._heap = [j for j in self._heap if id(j) not in chosen]
-            heapq.heapify(self._heap)
-        return same
+        if self.max_batch < 2 or (first.priority == BATCH and self.realtime_recent()):
+            return []  # (streams are live: keep each upload job short)
+        return self._queue.partners(first, self.max_batch - 1)
 
     def _run_one(self, job: Job[Any]) -> None:
         try:

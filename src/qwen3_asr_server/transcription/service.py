@@ -8,7 +8,7 @@ import functools
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -187,7 +187,7 @@ class Transcriber:
             return TranscribeResult(text="", language=options.request.language)
         request = self._request(samples, options, long_form)
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
-        batch = BatchSpec(key, request, self._batch_runner(engine)) if key is not None else None
+        batch = self._batch_spec(engine, key, request)
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
         seconds = span.end_s - span.start_s
         return await self._run(call, options.priority, batch, seconds, admitted=True)
@@ -215,17 +215,22 @@ class Transcriber:
 
         seconds = [0.0]
 
-        def run(engine: Engine) -> TranscribeResult:
+        def request() -> TranscribeRequest:  # when the job starts: a partial's newest audio
             samples = audio() if callable(audio) else audio
             seconds[0] = len(samples) / SAMPLE_RATE
+            return replace(decoding, audio=samples, draft=draft, partial=partial)
+
+        def run(engine: Engine) -> TranscribeResult:
             # A draft (a partial) is ~4x faster on whisper, so a final rarely waits for one.
-            request = replace(decoding, audio=samples, draft=draft, partial=partial)
-            return engine.transcribe(request, should_stop)
+            return engine.transcribe(request(), should_stop)
 
         async with self.manager.use() as engine:
             priority = PARTIAL if partial else BATCH if background else REALTIME
+            # Step by step (Qwen): finals and partials join the running rows between steps.
+            key = engine.batch_key(decoding) if engine.steps else None
+            batch = self._batch_spec(engine, key, request)
             result = await self._run(
-                lambda: run(engine), priority, None, lambda: seconds[0], admitted=not partial
+                lambda: run(engine), priority, batch, lambda: seconds[0], admitted=not partial
             )
         result.text = collapse_repetitions(result.text)
         return result
@@ -270,11 +275,17 @@ class Transcriber:
             )
         return result
 
-    def _batch_runner(self, engine: Engine) -> Callable[[list[Any]], list[Any]]:
-        def run_many(requests: list[Any]) -> list[Any]:
+    def _batch_spec(self, engine: Engine, key: Hashable | None, item: Any) -> BatchSpec | None:
+        """How the job may share the engine: whole calls (`transcribe_batch`), or rows that
+        join between decode steps (`decode_rows`); None: alone."""
+        if key is None:
+            return None
+
+        def run_many(items: list[Any]) -> list[Any]:
+            requests = [i() if callable(i) else i for i in items]
             return list(engine.transcribe_batch(requests, self.scheduler.should_stop))
 
-        return run_many
+        return BatchSpec(key, item, run_many, engine.decode_rows if engine.steps else None)
 
     async def transcribe(self, audio: Audio, options: Options) -> Transcript:
         parts = [part async for part in self.stream(audio, options)]

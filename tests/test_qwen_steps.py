@@ -1,0 +1,202 @@
+"""Qwen's step decode path (issue 43) against the SDK's `generate`, on the tiny checkpoint:
+token for token alone, and in mixed batches where rows join and leave mid-decode; a row
+whose caller has gone leaves at the next step; a row too long for the static cache is
+decoded alone; the scheduler hands waiting jobs to the running rows, most urgent first."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qwen3_asr_server.engines.base import JobCancelledError, TranscribeRequest, TranscribeResult
+from qwen3_asr_server.engines.qwen import QwenEngine
+from qwen3_asr_server.engines.qwen_steps import bucket
+from qwen3_asr_server.runtime.scheduler import (
+    BATCH,
+    PARTIAL,
+    REALTIME,
+    BatchSpec,
+    PriorityScheduler,
+)
+from speech import sentences
+from streaming_client import load
+
+MAX_NEW = 80  # budgets 32 + 12 s per second of audio: rows of different lengths end apart
+
+
+def engine(tiny_qwen_dir: Path, decode: str, **options: object) -> QwenEngine:
+    e = QwenEngine(str(tiny_qwen_dir), device="cpu", max_new_tokens=MAX_NEW, decode=decode,
+                   **options)  # type: ignore[arg-type]  # fmt: skip
+    e.load()
+    return e
+
+
+@pytest.fixture(scope="module")
+def generate(tiny_qwen_dir: Path) -> Iterator[QwenEngine]:
+    e = engine(tiny_qwen_dir, "generate")
+    yield e
+    e.unload()
+
+
+@pytest.fixture(scope="module")
+def steps(tiny_qwen_dir: Path) -> Iterator[QwenEngine]:
+    e = engine(tiny_qwen_dir, "steps", rows=3, kv_tokens=1024)
+    yield e
+    e.unload()
+
+
+def clips() -> list[np.ndarray]:
+    return [load(name) for name in sorted(sentences())[:4]]
+
+
+def requests() -> list[TranscribeRequest]:
+    """Real speech of several lengths, with every decoding option a row can carry."""
+    clips_ = clips()
+    return [
+        TranscribeRequest(audio=clips_[0], logprobs=True),
+        TranscribeRequest(audio=clips_[1][:3200]),  # 0.2 s: padded, the shortest budget
+        TranscribeRequest(audio=clips_[2], language="en"),
+        TranscribeRequest(audio=clips_[3][:16000], languages=("en", "de"), logprobs=True),
+        TranscribeRequest(audio=clips_[0][:24000], prompt="Names: Ada.", keywords=("Qwen",)),
+        TranscribeRequest(audio=np.concatenate([clips_[1], clips_[2]])),
+        TranscribeRequest(audio=clips_[3][:8000], language="de"),
+    ]
+
+
+def same(a: TranscribeResult, b: TranscribeResult) -> None:
+    assert (a.text, a.language, a.usage) == (b.text, b.language, b.usage)
+    assert (a.logprobs is None) == (b.logprobs is None)
+    for x, y in zip(a.logprobs or [], b.logprobs or [], strict=True):
+        assert x.token == y.token and math.isclose(x.logprob, y.logprob, abs_tol=1e-4)
+
+
+def test_each_row_alone_equals_generate(generate: QwenEngine, steps: QwenEngine) -> None:
+    for request in requests():
+        same(steps.transcribe(request), generate.transcribe(request))
+
+
+class Recorder:
+    """A RowSource that hands rows out `per_take` at a time and logs what happened."""
+
+    def __init__(self, items: list[TranscribeRequest], per_take: int = 99) -> None:
+        self.waiting = list(enumerate(items))
+        self.per_take = per_take
+        self.steps = 0
+        self.joined: dict[int, int] = {}  # row -> the step count when it joined
+        self.results: dict[int, TranscribeResult | Exception] = {}
+        self.rows_per_step: list[int] = []
+        self.gone_after: dict[int, int] = {}  # row -> leaves once this many steps ran
+
+    def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
+        taken = self.waiting[: min(free, self.per_take)]
+        self.waiting = self.waiting[len(taken) :]
+        for handle, _ in taken:
+            self.joined[handle] = self.steps
+        return list(taken)
+
+    def gone(self, handle: object) -> bool:
+        assert isinstance(handle, int)
+        return handle in self.gone_after and self.steps >= self.gone_after[handle]
+
+    def done(
+        self, handle: object, result: TranscribeResult | None, error: Exception | None
+    ) -> None:
+        assert isinstance(handle, int)
+        self.results[handle] = error if error is not None else result  # type: ignore[assignment]
+
+    def stepped(self, rows: int) -> None:
+        self.steps += 1
+        self.rows_per_step.append(rows)
+
+
+def test_rows_that_join_and_leave_mid_decode_equal_alone(
+    generate: QwenEngine, steps: QwenEngine
+) -> None:
+    items = requests()
+    source = Recorder(items, per_take=1)  # one row at a time: each joins a running decode
+    steps.decode_rows(source)
+    assert sorted(source.results) == list(range(len(items)))
+    late = [h for h, at in source.joined.items() if at > 0]
+    assert len(late) >= len(items) - 1, source.joined  # joined while others were decoding
+    assert max(source.rows_per_step) == 3 and min(source.rows_per_step) == 1
+    for handle, request in enumerate(items):
+        result = source.results[handle]
+        assert isinstance(result, TranscribeResult)
+        same(result, generate.transcribe(request))
+
+
+def test_a_row_whose_caller_left_leaves_at_the_next_step(steps: QwenEngine) -> None:
+    items = requests()[:3]
+    alone = [steps.transcribe(r) for r in items]
+    source = Recorder(items)
+    source.gone_after[0] = 5
+    steps.decode_rows(source)
+    assert isinstance(source.results[0], JobCancelledError)
+    assert source.rows_per_step[5] == 2  # it stepped 5 times, then the rest went on without it
+    for handle in (1, 2):
+        result = source.results[handle]
+        assert isinstance(result, TranscribeResult)
+        same(result, alone[handle])
+
+
+def test_a_row_too_long_for_the_cache_is_decoded_alone(
+    tiny_qwen_dir: Path, generate: QwenEngine
+) -> None:
+    small = engine(tiny_qwen_dir, "steps", rows=2, kv_tokens=256)
+    try:
+        long = TranscribeRequest(audio=np.concatenate(clips()))
+        short = requests()[1]
+        source = Recorder([long, short])
+        small.decode_rows(source)
+        for handle, request in enumerate((long, short)):
+            result = source.results[handle]
+            assert isinstance(result, TranscribeResult)
+            same(result, generate.transcribe(request))
+        assert source.rows_per_step and max(source.rows_per_step) == 1  # only the short one
+    finally:
+        small.unload()
+
+
+def test_buckets() -> None:
+    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 31, 33)] == [1, 2, 4, 8, 8, 16, 32, 64]
+
+
+async def test_the_scheduler_hands_waiting_jobs_to_running_rows(steps: QwenEngine) -> None:
+    """Uploads start a step loop; a final and a partial submitted while it runs join it
+    before the waiting uploads, and every job's answer equals its decode alone."""
+    items = requests()
+    alone = [steps.transcribe(r) for r in items]
+    batches: list[tuple[int, int]] = []
+    sched = PriorityScheduler(
+        max_queue=16, max_batch=3, on_batch=lambda p, n: batches.append((p, n))
+    )
+    sched.start()
+    try:
+
+        def spec(request: TranscribeRequest) -> BatchSpec:
+            return BatchSpec("qwen", request, lambda rs: [], steps.decode_rows)
+
+        def never(request: TranscribeRequest):  # type: ignore[no-untyped-def]
+            raise AssertionError("a stepping engine's job ran on its own")
+
+        uploads = [
+            asyncio.create_task(sched.submit(never, priority=BATCH, batch=spec(r), admitted=True))
+            for r in items[:5]
+        ]
+        while not batches:  # the loop has started (its first step is done)
+            await asyncio.sleep(0.005)
+        final = sched.submit(never, priority=REALTIME, batch=spec(items[5]), admitted=True)
+        partial = sched.submit(never, priority=PARTIAL, batch=spec(items[6]))
+        results = await asyncio.gather(*uploads, final, partial)
+    finally:
+        sched.stop()
+    for result, expected in zip(results, alone, strict=True):
+        same(result, expected)
+    priorities = [p for p, _ in batches]
+    assert REALTIME in priorities and PARTIAL in priorities  # they joined the running rows
+    assert max(n for _, n in batches) == 3
