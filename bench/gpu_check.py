@@ -144,6 +144,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="tiny,0.6b,1.7b")
     parser.add_argument("--dtypes", default="auto,float16")
     parser.add_argument("--workdir", default="/tmp/qwen3-asr-gpu-check")
+    parser.add_argument("--decode", default="steps", help="QWEN_DECODE: steps or generate")
     args = parser.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -157,8 +158,11 @@ def main() -> None:
                 dtype=dtype,
                 max_new_tokens=1024,
                 aligner_id=str(aligner),
+                decode=args.decode,
+                rows=32,  # the batch sizes below, all in flight
+                kv_tokens=2400,  # 90 s of audio (1125 tokens) plus a 1024-token runaway
             )
-            print(f"{shape}, DTYPE={dtype}:", flush=True)
+            print(f"{shape}, DTYPE={dtype}, QWEN_DECODE={args.decode}:", flush=True)
             _, load = timed(engine.load)
             print(
                 f"  loaded in {load:.1f} s: device {engine.device}, dtype {engine.dtype}, "

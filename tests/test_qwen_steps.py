@@ -200,3 +200,40 @@ async def test_the_scheduler_hands_waiting_jobs_to_running_rows(steps: QwenEngin
     priorities = [p for p, _ in batches]
     assert REALTIME in priorities and PARTIAL in priorities  # they joined the running rows
     assert max(n for _, n in batches) == 3
+
+
+def cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda(), reason="needs a CUDA GPU; none on this machine")
+def test_cuda_graphs_decode_as_the_eager_step_and_free_everything(tiny_qwen_dir: Path) -> None:
+    import torch
+
+    results = {}
+    for graphs in ("auto", "off"):
+        e = QwenEngine(str(tiny_qwen_dir), device="cuda", max_new_tokens=MAX_NEW, rows=3,
+                       graphs=graphs)  # fmt: skip
+        e.load()
+        source = Recorder(requests(), per_take=1)
+        e.decode_rows(source)
+        results[graphs] = [source.results[h] for h in sorted(source.results)]
+        assert (graphs == "auto") == bool(e._decoder and e._decoder.stepper.graphs)
+        e.unload()
+        assert torch.cuda.memory_allocated() == 0
+    for a, b in zip(results["auto"], results["off"], strict=True):
+        assert isinstance(a, TranscribeResult) and isinstance(b, TranscribeResult)
+        assert a.text == b.text
+
+
+def test_a_failing_caller_check_leaves_the_cache_empty(steps: QwenEngine) -> None:
+    def explode() -> bool:
+        raise RuntimeError("failure mid-decode")
+
+    with pytest.raises(RuntimeError):
+        steps.transcribe(requests()[0], explode)
+    assert steps._decoder is not None and steps._decoder.rows == []
+    same(steps.transcribe(requests()[1]), steps.transcribe(requests()[1]))

@@ -24,7 +24,18 @@ def run_rows(
     decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
 ) -> None:
     """Until the source has no row left. `join` prefills a row (or answers it another way:
-    a result); `finish` turns an ended row into its answer."""
+    a result); `finish` turns an ended row into its answer. If the source itself fails,
+    the rows in flight are dropped (the cache is left empty for the next call)."""
+    try:
+        loop(decoder, source, join, finish)
+    except BaseException:
+        decoder.leave(lambda r: True)
+        raise
+
+
+def loop(
+    decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
+) -> None:
     while True:
         answer(decoder, source, finish)  # rows that ended in the last step, or were left
         took = False

@@ -22,7 +22,7 @@ from ..audio.pcm import SAMPLE_RATE
 from ..text import language_name
 from .base import TranscribeRequest
 from .qwen_guard import EOS_IDS, RowSpec, restrict
-from .qwen_steps import Cache, CapturedStep, Shape, Stepper, bucket
+from .qwen_steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
 from .qwen_tokens import RowRecord
 
 MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
@@ -81,6 +81,12 @@ class Decoder:
         self.graphs = graphs
         self.sync_every = max(1, sync_every)
         self.rows: list[Row] = []
+        if graphs:  # captured now, with no row in flight (a capture writes into the cache)
+            import torch
+
+            with torch.inference_mode():
+                for size in (b for b in BUCKETS if b <= self.slots):
+                    self.stepper.graphs[size] = CapturedStep(self.stepper, size)
 
     @property
     def free(self) -> int:
@@ -154,11 +160,7 @@ class Decoder:
         if not self.graphs:
             kv_len = int(positions.max()) + 1
             return self.stepper.run(tokens, positions, kv_len)
-        size = bucket(rows)
-        graph = self.stepper.graphs.get(size)
-        if graph is None:
-            graph = self.stepper.graphs[size] = CapturedStep(self.stepper, size)
-        out: Any = graph(tokens, positions)
+        out: Any = self.stepper.graphs[bucket(rows)](tokens, positions)
         return out
 
     def _choose(self, rows: list[Row], logits: Any) -> None:
@@ -166,7 +168,6 @@ class Decoder:
         candidate headers while one is open, with its log probability if asked."""
         import torch
 
-        ids = torch.tensor([[0]], device=logits.device)  # (restrict reads the generated ids)
         for i, row in enumerate(rows):
             scores = logits[i : i + 1].float()
             if row.header_open:

@@ -9,9 +9,10 @@ over each row's cached positions only, and one LM head. Rows in flight always oc
 slots 0..n-1: a row that leaves has the last row moved into its slot, so a step reads
 `[:n]` views of the cache, never a gather.
 
-On CUDA the step can be captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...):
-the running rows are padded to the next bucket (padding rows write into a spare slot), and
-every step is one graph launch. torch is imported only inside calls.
+On CUDA the step is captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...), at
+load, before any row is in flight: the running rows are padded to the next bucket (padding
+rows write into free slots: the cache has a bucket's worth), and every step is one graph
+launch. torch is imported only inside calls.
 """
 
 from __future__ import annotations
@@ -35,20 +36,15 @@ class Shape:
 
 
 class Cache:
-    """Keys and values of every layer for `slots` rows of up to `length` tokens, plus one
-    spare slot that padding rows write into."""
+    """Keys and values of every layer for `slots` rows of up to `length` tokens."""
 
     def __init__(self, shape: Shape, slots: int, length: int, device: Any, dtype: Any) -> None:
         import torch
 
         self.slots, self.length = slots, length
-        size = (slots + 1, shape.kv_heads, length, shape.head_dim)
+        size = (slots, shape.kv_heads, length, shape.head_dim)
         self.keys = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.layers)]
         self.values = [torch.zeros(size, device=device, dtype=dtype) for _ in range(shape.layers)]
-
-    @property
-    def spare(self) -> int:
-        return self.slots
 
     @property
     def bytes(self) -> int:
