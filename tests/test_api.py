@@ -310,14 +310,22 @@ class SlowFirstCalls:
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
-    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+    def _wait(self) -> None:
         with self.lock:
             delay = self.seconds if self.slow > 0 else 0.0
             self.slow -= 1
         time.sleep(delay)
+
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+        self._wait()
         if should_stop is None:
             return self.inner.transcribe(request)
         return self.inner.transcribe(request, should_stop)
+
+    def decode_rows(self, source: Any) -> None:
+        """Qwen's step loop: slow before its first step (the jobs behind it still wait)."""
+        self._wait()
+        self.inner.decode_rows(source)
 
 
 def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFactory) -> None:
