@@ -45,6 +45,7 @@ class Word:
     start: float
     end: float
     probability: float | None = None
+    channel: int | None = None  # multichannel uploads: the channel it was spoken on
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Segment:
     compression_ratio: float | None = None
     tokens: list[int] = field(default_factory=list)
     speaker: str | None = None  # with diarization: `A`, `B`, ... or a known speaker's name
+    channel: int | None = None  # multichannel uploads: its channel (0-based); speaker: its name
 
 
 @dataclass

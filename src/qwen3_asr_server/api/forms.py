@@ -74,6 +74,29 @@ class TranscriptionForm(UploadForm):
     )
     known_speaker_names: list[str] | None = Field(None, alias="known_speaker_names[]")
     known_speaker_references: list[str] | None = Field(None, alias="known_speaker_references[]")
+    multichannel: bool = Field(
+        False,
+        description="Each channel (2-8) transcribed on its own and merged by time; segments "
+        "carry `channel` and `speaker` (the channel's name). Not with diarize.",
+    )
+    channel_names: list[str] | None = Field(None, alias="channel_names[]")
+
+    def channels(self) -> bool:
+        """multichannel=true, refused with the fields it cannot go with."""
+        if not self.multichannel:
+            if self.channel_names:
+                raise BadRequestError(
+                    "channel_names[] needs multichannel=true.", param="channel_names"
+                )
+            return False
+        if self.diarize or self.known_speaker_names or self.known_speaker_references:
+            raise BadRequestError(
+                "multichannel and diarize cannot be combined: with one speaker per channel the "
+                "channel is the speaker. Use multichannel=true (diarized_json then names each "
+                "channel's speaker), or diarize=true on a mono mix.",
+                param="diarize",
+            )
+        return True
 
     def diarizes(self) -> bool:
         """Speakers asked for: `diarized_json`, or `diarize=true` (this server's field) with

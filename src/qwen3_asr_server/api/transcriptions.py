@@ -28,6 +28,7 @@ from ..outputs.formats import (
 )
 from ..text import join_texts
 from ..transcript import Transcript
+from ..transcription.channels import channel_names, transcribe_channels
 from ..transcription.long_form import (
     merged_logprobs,
     merged_usage,
@@ -39,7 +40,7 @@ from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .forms import SeedStreamForm, TranscriptionForm
 from .sse import sse_response
-from .uploads import read_upload
+from .uploads import read_channels, read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -149,6 +150,8 @@ async def create_transcription(
     options = form.to_options(ctx.transcriber)
     if form.stream and not form.streams():
         logger.debug("stream=true ignored for response_format={}", form.response_format)
+    if form.channels():
+        return await multichannel(ctx, request, form, options)
     speakers = form.diarizes()
     known = await asyncio.to_thread(
         known_speakers, form.known_speaker_names, form.known_speaker_references
@@ -190,3 +193,42 @@ async def stream_transcription(
     audio = await read_upload(ctx, request, form.file)
     options = replace(options, max_seconds=ctx.settings.sse_chunk_seconds)
     return sse_response(seed_events(ctx, audio, options))
+
+
+async def multichannel(
+    ctx: AppContext, request: Request, form: TranscriptionForm, options: Options
+) -> Response:
+    """multichannel=true: each channel on its own, merged by time (docs/CALLS.md)."""
+    started = time.perf_counter()
+    tracks = await read_channels(ctx, request, form.file)
+    decode_seconds = time.perf_counter() - started
+    names = channel_names(form.channel_names, len(tracks))
+    work = transcribe_channels(ctx.transcriber, tracks, options, names)
+    result = await unless_client_leaves(request, work)
+    if form.streams():  # the merged segments in time order, once every channel is done
+        return sse_response(channel_events(result, form.response_format == "diarized_json"))
+    headers = {"Server-Timing": server_timing(result, decode_seconds)}
+    return format_response(result, form, options, headers)
+
+
+async def channel_events(result: Transcript, diarized: bool) -> AsyncIterator[dict[str, Any]]:
+    """A multichannel stream: a segment event per segment (diarized_json: OpenAI's
+    `transcript.text.segment` with the channel's name as speaker; otherwise a text delta
+    with its `channel`), in time order, then `transcript.text.done`."""
+    full = ""
+    for index, segment in enumerate(result.segments):
+        if diarized:
+            yield diarized_segment_body(index, segment)
+            continue
+        joined = join_texts([full, segment.text])
+        yield {
+            "type": "transcript.text.delta",
+            "delta": joined[len(full) :],
+            "channel": segment.channel,
+        }
+        full = joined
+    done: dict[str, Any] = {"type": "transcript.text.done", "text": result.text}
+    done["languages"] = languages_body(result.languages)
+    if result.usage is not None:
+        done["usage"] = {"type": "tokens", **token_usage_body(result.usage)}
+    yield done

@@ -4,10 +4,12 @@ loop. Every upload route reads its file here."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from fastapi import Request, UploadFile
 
-from ..audio.decode import Audio, check_duration, decode_audio, probe_seconds
+from ..audio.channels import check_channels, decode_channels
+from ..audio.decode import Audio, check_duration, decode_audio, is_raw_pcm, probe_seconds
 from ..errors import TooLargeError
 from .deps import AppContext
 from .middleware import on_request_end
@@ -22,7 +24,33 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
     from the container's header before decoding, and the reservation grows with the
     decoded audio, block by block: a header that lies (or says nothing) is refused at the
     first block past the budget."""
-    # MAX_QUEUE is checked here, once; the upload's segments are then admitted
+    reserve = await _admitted(ctx, request, file)
+    return await asyncio.to_thread(
+        decode_audio,
+        file.file,  # the spooled file (on disk past 1 MB), not a bytes copy held in memory
+        content_type=file.content_type,
+        filename=file.filename,
+        max_seconds=ctx.settings.max_audio_seconds,
+        reserve=reserve,  # on the decoding thread (the budget is thread-safe)
+    )
+
+
+async def read_channels(ctx: AppContext, request: Request, file: UploadFile) -> list[Audio]:
+    """As `read_upload`, each channel its own track (multichannel=true); the budget holds
+    them all (a stereo file reserves twice its duration)."""
+    if is_raw_pcm(file.content_type, file.filename):
+        check_channels(1)  # raw PCM uploads are mono
+    reserve = await _admitted(ctx, request, file, tracks=2)
+    return await asyncio.to_thread(
+        decode_channels, file.file, max_seconds=ctx.settings.max_audio_seconds, reserve=reserve
+    )
+
+
+async def _admitted(
+    ctx: AppContext, request: Request, file: UploadFile, tracks: int = 1
+) -> Callable[[float], None]:
+    """Admission (MAX_QUEUE, once; the upload's segments are then admitted), the budget's
+    room, the size limit and the header's duration: the reservation's `grow_to`."""
     on_request_end(request.scope, ctx.scheduler.admit().release)
     ctx.budget.check_room()
     limit = ctx.settings.max_upload_bytes
@@ -31,16 +59,9 @@ async def read_upload(ctx: AppContext, request: Request, file: UploadFile) -> Au
             f"The file is larger than the {ctx.settings.max_upload_mb:g} MB limit (MAX_UPLOAD_MB).",
             param="file",
         )
-    # Read from the spooled file (on disk past 1 MB), not a bytes copy held in memory.
     kind = {"content_type": file.content_type, "filename": file.filename}
     estimate = await asyncio.to_thread(probe_seconds, file.file, **kind)
     check_duration(estimate or 0.0, ctx.settings.max_audio_seconds)  # 413, not a 503 to retry
-    reservation = ctx.budget.reserve(estimate or 0.0)
+    reservation = ctx.budget.reserve(tracks * (estimate or 0.0))
     on_request_end(request.scope, reservation.release)
-    return await asyncio.to_thread(
-        decode_audio,
-        file.file,
-        **kind,
-        max_seconds=ctx.settings.max_audio_seconds,
-        reserve=reservation.grow_to,  # on the decoding thread (the budget is thread-safe)
-    )
+    return reservation.grow_to

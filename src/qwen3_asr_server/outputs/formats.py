@@ -86,18 +86,22 @@ def _segment(i: int, s: Segment, temperature: float | None) -> dict[str, Any]:
     and avg_logprob is 0.0: "no evidence of a problem", which is what clients that filter on
     it (avg_logprob < -1) should read."""
     ratio = s.compression_ratio if s.compression_ratio is not None else compression_ratio(s.text)
-    return {
-        "id": i,
-        "seek": round(s.start * 100),  # 10 ms frames, as whisper counts them
-        "start": round(s.start, 3),
-        "end": round(s.end, 3),
-        "text": s.text,
-        "tokens": s.tokens,
-        "temperature": temperature if temperature is not None else 0.0,
-        "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
-        "compression_ratio": ratio,
-        "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
-    } | ({"speaker": s.speaker} if s.speaker else {})
+    return (
+        {
+            "id": i,
+            "seek": round(s.start * 100),  # 10 ms frames, as whisper counts them
+            "start": round(s.start, 3),
+            "end": round(s.end, 3),
+            "text": s.text,
+            "tokens": s.tokens,
+            "temperature": temperature if temperature is not None else 0.0,
+            "avg_logprob": s.avg_logprob if s.avg_logprob is not None else 0.0,
+            "compression_ratio": ratio,
+            "no_speech_prob": s.no_speech_prob if s.no_speech_prob is not None else 0.0,
+        }
+        | ({"speaker": s.speaker} if s.speaker else {})
+        | _channel(s.channel)
+    )
 
 
 def verbose_json_body(
@@ -120,10 +124,15 @@ def verbose_json_body(
 
 def words_body(segments: list[Segment]) -> list[dict[str, Any]]:
     return [
-        {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+        {"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} | _channel(w.channel)
         for s in segments
         for w in s.words
     ]
+
+
+def _channel(channel: int | None) -> dict[str, Any]:
+    """Multichannel uploads: the channel (not in OpenAI's schema; extra fields are allowed)."""
+    return {} if channel is None else {"channel": channel}
 
 
 def timestamp(seconds: float, sep: str) -> str:

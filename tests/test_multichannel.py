@@ -1,0 +1,184 @@
+"""Multichannel uploads (issue 44) on the whisper engine with real speech: a two-sided call
+with one speaker per channel (turns with some overlap), and the same call with the other
+side's -25 dB echo on each channel. Every word lands on its speaker's channel, the
+channels merge into one timeline, and the OpenAI SDK parses every answer."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+import speech
+from helpers import whisper_settings
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.audio.channels import without_echo
+from server import LiveServer, live_server
+from streaming_client import load
+from wer import normalize, wer
+
+pytestmark = pytest.mark.slow
+RATE = 16000
+AGENT = ["sentence_01.wav", "sentence_03.wav"]
+CUSTOMER = ["sentence_02.wav", "sentence_04.wav"]
+NAMES = ["agent", "customer"]
+
+
+def call(echo_db: float | None = None) -> tuple[bytes, list[float]]:
+    """A stereo WAV: agent, customer (starting 0.4 s before the agent ends), agent,
+    customer; with `echo_db`, each side's copy that much quieter on the other channel.
+    Returns the file and each turn's start (s)."""
+    turns = [(0, AGENT[0]), (1, CUSTOMER[0]), (0, AGENT[1]), (1, CUSTOMER[1])]
+    clips = [(ch, load(name)) for ch, name in turns]
+    starts, at = [], 0.5
+    for i, (_, clip) in enumerate(clips):
+        starts.append(at)
+        overlap = 0.4 if i == 0 else -0.8  # the customer cuts in; then pauses between turns
+        at += len(clip) / RATE - overlap
+    total = int((at + 1.5) * RATE)
+    tracks = np.zeros((2, total), np.float32)
+    for (ch, clip), start in zip(clips, starts, strict=True):
+        s = int(start * RATE)
+        tracks[ch, s : s + len(clip)] += clip
+    if echo_db is not None:
+        gain = 10 ** (-echo_db / 20)
+        tracks = tracks + gain * tracks[::-1]
+    buf = io.BytesIO()
+    sf.write(buf, tracks.T, RATE, format="WAV", subtype="PCM_16")
+    return buf.getvalue(), starts
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings())) as srv:
+        yield srv
+
+
+def client(srv: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def reference(names: list[str]) -> str:
+    return " ".join(speech.transcripts()[n] for n in names)
+
+
+def mono_wer(srv: LiveServer, channel: int) -> float:
+    """That voice alone: its clean channel of the call, uploaded as a mono file."""
+    tracks, _ = sf.read(io.BytesIO(call()[0]), dtype="float32")
+    buf = io.BytesIO()
+    sf.write(buf, tracks[:, channel], RATE, format="WAV")
+    text = client(srv).audio.transcriptions.create(model="m", file=("m.wav", buf.getvalue())).text
+    return wer([reference((AGENT, CUSTOMER)[channel])], [text])
+
+
+@pytest.mark.parametrize("echo_db", [None, 25.0])
+def test_every_word_lands_on_its_channel(server: LiveServer, echo_db: float | None) -> None:
+    audio, _ = call(echo_db)
+    body = client(server).audio.transcriptions.create(
+        model="whisper-1",
+        file=("call.wav", audio),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+        extra_body={"multichannel": "true", "channel_names": NAMES},
+    )
+    segments: list[Any] = body.segments or []
+    assert segments and all(s.speaker == NAMES[s.channel] for s in segments)  # type: ignore[attr-defined]
+    assert [s.start for s in segments] == sorted(s.start for s in segments)  # one timeline
+    words: list[Any] = body.words or []
+    assert words and all(w.channel in (0, 1) for w in words)  # type: ignore[attr-defined]
+    for channel, names in enumerate((AGENT, CUSTOMER)):
+        text = " ".join(s.text for s in segments if s.channel == channel)  # type: ignore[attr-defined]
+        assert wer([reference(names)], [text]) <= mono_wer(server, channel) + 0.05, (channel, text)
+    first = normalize(segments[0].text).split()
+    assert first[:2] == normalize(reference(AGENT[:1])).split()[:2]  # the agent spoke first
+
+
+def test_diarized_json_names_each_channel_and_srt_vtt_label_cues(server: LiveServer) -> None:
+    audio, _ = call(25.0)
+    extra = {"multichannel": "true", "channel_names": NAMES}
+    c = client(server)
+    body = c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), response_format="diarized_json", extra_body=extra
+    )
+    assert [s.speaker for s in body.segments][:2] == ["agent", "customer"]
+    assert {s.speaker for s in body.segments} == set(NAMES)
+    srt = c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), response_format="srt", extra_body=extra
+    )
+    assert "[agent] " in str(srt) and "[customer] " in str(srt)
+    vtt = c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), response_format="vtt", extra_body=extra
+    )
+    assert "<v agent>" in str(vtt) and "<v customer>" in str(vtt)
+    plain = c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), extra_body={"multichannel": "true"}
+    )
+    assert normalize(plain.text).split()[:2] == normalize(reference(AGENT[:1])).split()[:2]
+
+
+def test_the_stream_sends_segments_in_time_order_then_done(server: LiveServer) -> None:
+    audio, _ = call(25.0)
+    stream = client(server).audio.transcriptions.create(
+        model="whisper-1",
+        file=("c.wav", audio),
+        response_format="diarized_json",
+        stream=True,
+        extra_body={"multichannel": "true", "channel_names": NAMES},
+    )
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and kinds.count("transcript.text.segment") >= 4
+    starts = [e.start for e in events if e.type == "transcript.text.segment"]  # type: ignore[union-attr]
+    assert starts == sorted(starts)
+
+
+def mono_wav() -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, load(AGENT[0]), RATE, format="WAV")
+    return buf.getvalue()
+
+
+def many_channels(count: int) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros((RATE, count), np.float32), RATE, format="WAV")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("file", "fields", "param"),
+    [
+        (mono_wav, {"multichannel": "true"}, "multichannel"),
+        (lambda: many_channels(9), {"multichannel": "true"}, "multichannel"),
+        (lambda: call()[0], {"multichannel": "true", "channel_names[]": ["a"]}, "channel_names"),
+        (lambda: call()[0], {"multichannel": "true", "diarize": "true"}, "diarize"),
+        (lambda: call()[0], {"channel_names[]": ["a", "b"]}, "channel_names"),
+    ],
+)
+def test_bad_multichannel_requests_name_the_field(
+    server: LiveServer, file: Any, fields: dict[str, Any], param: str
+) -> None:
+    response = httpx.post(
+        server.url + "/v1/audio/transcriptions",
+        files={"file": ("f.wav", file())},
+        data={"model": "m", **fields},
+        timeout=60,
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_the_echo_gate_silences_only_the_quieter_copy() -> None:
+    rng = np.random.default_rng(0)
+    near = rng.standard_normal(RATE).astype(np.float32) * 0.3
+    tracks = [near, near * 10 ** (-25 / 20)]  # channel 1 carries channel 0's echo
+    cleaned = without_echo(tracks)
+    assert np.array_equal(cleaned[0], near) and not cleaned[1].any()
+    both = [near, rng.standard_normal(RATE).astype(np.float32) * 0.2]  # both talk at once
+    kept = without_echo(both)
+    assert np.count_nonzero(kept[1]) > 0.95 * RATE
