@@ -208,3 +208,28 @@ def test_server_mode_sends_the_chosen_model(tmp_path: Path) -> None:
         assert json.loads((tmp_path / "a.json").read_text()) == {"text": "hello"}
     finally:
         httpd.shutdown()
+
+
+@pytest.mark.slow
+def test_multichannel_in_process_and_through_a_server(server: LiveServer, tmp_path: Path) -> None:
+    """--multichannel --channel-names: the same merged call in process and from the server,
+    the speakers named; a mono file fails alone and says why."""
+    from test_multichannel import call
+
+    (tmp_path / "call.wav").write_bytes(call(25.0)[0])
+    shutil.copy(speech.path("sentence_01.wav"), tmp_path / "mono.wav")
+    common = ["--multichannel", "--channel-names", "agent,customer", "--format", "srt,json"]
+    model = ["--model", "whisper-tiny.en", "--max-batch-size", "1"]
+    local = run_cli(str(tmp_path / "call.wav"), *common, *model, "--out", str(tmp_path / "local"),
+                    cwd=tmp_path)  # fmt: skip
+    assert local.returncode == 0, local.stdout + local.stderr
+    srt = (tmp_path / "local" / "call.srt").read_text()
+    assert "[agent] " in srt and "[customer] " in srt
+    remote = run_cli(str(tmp_path / "call.wav"), str(tmp_path / "mono.wav"), *common,
+                     "--out", str(tmp_path / "remote"), "--server", server.url, "--api-key", KEY,
+                     cwd=tmp_path)  # fmt: skip
+    assert remote.returncode == 1 and "1 failed" in remote.stdout, remote.stdout
+    assert "multichannel" in remote.stderr
+    assert (tmp_path / "remote" / "call.srt").read_text() == srt
+    bad = run_cli(str(tmp_path / "call.wav"), "--channel-names", "a,b", cwd=tmp_path)
+    assert bad.returncode == 2 and "--channel-names needs --multichannel" in bad.stderr

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import Settings
-from .transcribe_backends import FORMATS, Job, Local, Remote
+from .transcribe_backends import FORMATS, Calls, Job, Local, Remote
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -64,6 +64,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server's API key (default: API_KEY, then OPENAI_API_KEY)",
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="files at a time")
+    parser.add_argument(
+        "--multichannel",
+        action="store_true",
+        help="one speaker per channel (2-8): each channel on its own, merged by time",
+    )
+    parser.add_argument(
+        "--channel-names",
+        dest="channel_names",
+        metavar="A,B",
+        help="with --multichannel: the channels' names, in order (default: channel 0, ...)",
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="transcribe files whose outputs already exist"
     )
@@ -201,6 +212,11 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
             job.outputs = {f: p for f, p in job.outputs.items() if not p.exists()}
     todo = [j for j in jobs if j.outputs]
     skipped = len(jobs) - len(todo)
+    if args.channel_names and not args.multichannel:
+        print("qwen3-asr-server transcribe: --channel-names needs --multichannel", file=sys.stderr)
+        return 2
+    names = [n.strip() for n in args.channel_names.split(",")] if args.channel_names else None
+    calls = Calls(names) if args.multichannel else None
     from rich.console import Console
 
     console = Console(stderr=True, soft_wrap=True)
@@ -211,13 +227,13 @@ def transcribe(settings: Settings, args: argparse.Namespace) -> int:
         if args.server:
             # --api-key, else API_KEY, else OPENAI_API_KEY (both also from .env)
             key = settings.api_key or settings.openai_api_key
-            backend: Local | Remote = Remote(args.server, key, settings.model_id)
+            backend: Local | Remote = Remote(args.server, key, settings.model_id, calls)
         else:
             from ..logging import setup_logging
 
             explicit = "log_level" in settings.model_fields_set  # else only warnings
             setup_logging(settings.log_level if explicit else "WARNING", settings.log_json)
-            backend = Local(settings)
+            backend = Local(settings, calls)
 
         async def main() -> None:
             async with backend:

@@ -32,11 +32,19 @@ class Job:
     written: list[Path] = field(default_factory=list)
 
 
+@dataclass
+class Calls:
+    """--multichannel: one speaker per channel, with the channels' names (None: numbered)."""
+
+    names: list[str] | None = None
+
+
 class Local:
     """The server's pipeline in this process: engine, model manager, scheduler, segmenter."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, calls: Calls | None = None) -> None:
         self.settings = settings
+        self.calls = calls
 
     async def __aenter__(self) -> Local:
         from ..audio.segmentation import Segmenter
@@ -96,6 +104,9 @@ class Local:
         from ..transcription.long_form import merge
         from ..transcription.service import Options
 
+        if self.calls is not None:
+            return await self._channels(job, formats, language, progress)
+
         def decode() -> Any:
             with job.path.open("rb") as f:
                 return decode_audio(
@@ -128,11 +139,37 @@ class Local:
             bodies[fmt] = render(result, response_format, BodyWishes())[0]
         return bodies
 
+    async def _channels(
+        self, job: Job, formats: list[str], language: str | None, progress: Progress_
+    ) -> dict[str, bytes]:
+        """--multichannel: each channel on its own, merged by time, as the route does."""
+        from ..audio.channels import decode_channels
+        from ..outputs.formats import BodyWishes, render
+        from ..transcription.channels import channel_names, transcribe_channels
+        from ..transcription.service import Options
+
+        assert self.calls is not None
+
+        def decode() -> Any:
+            with job.path.open("rb") as f:
+                return decode_channels(f, max_seconds=self.settings.max_audio_seconds)
+
+        tracks = await asyncio.to_thread(decode)
+        job.seconds = tracks[0].duration
+        names = channel_names(self.calls.names, len(tracks))
+        options = Options(self.transcriber.decoding(language=language))
+        result = await transcribe_channels(self.transcriber, tracks, options, names)
+        progress(job.seconds)
+        return {f: render(result, FORMATS[f][0], BodyWishes())[0] for f in formats}
+
 
 class Remote:
     """A running server through the openai SDK: the body it answers, as it is."""
 
-    def __init__(self, url: str, api_key: str | None, model: str | None = None) -> None:
+    def __init__(
+        self, url: str, api_key: str | None, model: str | None = None, calls: Calls | None = None
+    ) -> None:
+        self.calls = calls
         self.model = model or "whisper-1"  # --model (MODEL_ID): vLLM wants its own name
         base = url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
@@ -168,6 +205,11 @@ class Remote:
             fields["response_format"] = FORMATS[fmt][0]
             if language:
                 fields["language"] = language
+            if self.calls is not None:
+                extra: dict[str, Any] = {"multichannel": "true"}
+                if self.calls.names:
+                    extra["channel_names"] = self.calls.names
+                fields["extra_body"] = extra
             raw = await self.create(**fields)
             bodies[fmt] = raw.http_response.content
         progress(job.seconds)
