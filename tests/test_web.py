@@ -249,6 +249,31 @@ def test_speakers_switch_shows_turns_and_labels_subtitles(
     assert "<v A>" in vtt and "<v B>" in vtt and "<v C>" in vtt
 
 
+def test_channels_switch_labels_each_channel_of_a_call(
+    server: LiveServer, make_page: Any, tmp_path: Path
+) -> None:
+    """A stereo call (agent, customer; tests/test_multichannel.py's fixture, with echo): the
+    Channels switch shows each turn under its channel, and the SRT download labels them."""
+    from test_multichannel import call
+
+    (tmp_path / "call.wav").write_bytes(call(25.0)[0])
+    page = make_page(server.url).open("/ui")
+    page.set_input_files("#file", str(tmp_path / "call.wav"))
+    page.locator("#speakers").check()
+    page.locator("#channels").check()
+    assert not page.locator("#speakers").is_checked()  # one or the other
+    page.locator("#upload-start").click()
+    page.wait_for_selector("#upload-status[data-state=done]", timeout=120_000)
+    labels = page.locator("#segments li").evaluate_all("items => items.map(i => i.dataset.speaker)")
+    assert labels[:2] == ["channel 0", "channel 1"] and set(labels) == {"channel 0", "channel 1"}
+    with page.expect_download(timeout=120_000) as info:
+        page.locator("#dl-srt").click()
+    path = tmp_path / "out.srt"
+    info.value.save_as(path)
+    srt = path.read_text()
+    assert "[channel 0] " in srt and "[channel 1] " in srt
+
+
 def test_keyboard_and_phone_width(server: LiveServer, make_page: Any) -> None:
     page = make_page(server.url, width=390, height=844).open()
     shot(page, "07-phone")

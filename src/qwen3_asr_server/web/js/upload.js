@@ -1,7 +1,9 @@
 // Upload: pick or drop a file, stream its transcript segment by segment (the SSE stream
 // /v1/audio/transcriptions/stream, whose events carry start/end), downloads. With
 // "Speakers", OpenAI's diarized stream instead: one `transcript.text.segment` per speaker
-// turn, shown coloured by speaker, and subtitles downloaded with the labels.
+// turn, shown coloured by speaker, and subtitles downloaded with the labels. With "Channels"
+// (a call with one speaker per channel), the same stream with multichannel=true: each
+// channel transcribed on its own, its segments labelled `channel 0`, `channel 1`, …
 
 import { apiFetch } from "./api.js";
 import { $, clock, saveBlob, showError, sseEvents } from "./util.js";
@@ -90,13 +92,16 @@ async function transcribe() {
   try {
     duration = await probeDuration(file);
     const speakers = $("speakers").checked;
+    const channels = $("channels").checked;
     speakerColours.clear();
-    const response = speakers
-      ? await apiFetch("/v1/audio/transcriptions", {
-          method: "POST",
-          body: form({ response_format: "diarized_json", stream: "true" }),
-        })
-      : await apiFetch("/v1/audio/transcriptions/stream", { method: "POST", body: form() });
+    const labelled = { response_format: "diarized_json", stream: "true" };
+    const response =
+      speakers || channels
+        ? await apiFetch("/v1/audio/transcriptions", {
+            method: "POST",
+            body: form(channels ? { ...labelled, multichannel: "true" } : labelled),
+          })
+        : await apiFetch("/v1/audio/transcriptions/stream", { method: "POST", body: form() });
     setState("running", "Transcribing…");
     for await (const data of sseEvents(response)) {
       if (data === "[DONE]") break;
@@ -139,14 +144,20 @@ async function downloadSubtitles(format) {
   const previous = $("upload-status").textContent;
   $("upload-status").textContent = `Making .${format} subtitles…`;
   try {
-    const response = await apiFetch("/v1/audio/subtitles", {
-      method: "POST",
-      body: form({
-        response_format: format,
-        mode: $("sub-mode").value,
-        ...($("speakers").checked ? { diarize: "true" } : {}),
-      }),
-    });
+    // a call's channels: the transcription route's cues, labelled by channel
+    const response = $("channels").checked
+      ? await apiFetch("/v1/audio/transcriptions", {
+          method: "POST",
+          body: form({ response_format: format, multichannel: "true" }),
+        })
+      : await apiFetch("/v1/audio/subtitles", {
+          method: "POST",
+          body: form({
+            response_format: format,
+            mode: $("sub-mode").value,
+            ...($("speakers").checked ? { diarize: "true" } : {}),
+          }),
+        });
     saveBlob(await response.blob(), `${baseName()}.${format}`);
     $("upload-status").textContent = previous;
   } catch (error) {
@@ -175,6 +186,13 @@ export function setupUpload() {
     chooseFile(event.dataTransfer.files[0]);
   });
   $("upload-start").addEventListener("click", transcribe);
+  // Speakers (diarization) and Channels (one speaker per channel) label the same thing
+  $("speakers").addEventListener("change", () => {
+    if ($("speakers").checked) $("channels").checked = false;
+  });
+  $("channels").addEventListener("change", () => {
+    if ($("channels").checked) $("speakers").checked = false;
+  });
   $("dl-txt").addEventListener("click", () =>
     saveBlob(new Blob([`${transcript}\n`], { type: "text/plain" }), `${baseName()}.txt`),
   );
