@@ -15,7 +15,7 @@ import soundfile as sf
 import soxr
 
 from ..errors import BadRequestError, InvalidAudioError, ServiceError
-from .decode import Audio, Reserve, Source, _Growing, _no_reserve, _rewound, check_duration
+from .decode import Audio, Growing, Reserve, Source, check_duration, no_reserve, rewound
 from .pcm import SAMPLE_RATE
 
 MAX_CHANNELS = 8
@@ -27,22 +27,22 @@ ECHO_LAGS = tuple(SAMPLE_RATE * ms // 1000 for ms in (0, 2, 5, 10, 20, 30))  # i
 
 
 def decode_channels(
-    source: Source, *, max_seconds: float | None = None, reserve: Reserve = _no_reserve
+    source: Source, *, max_seconds: float | None = None, reserve: Reserve = no_reserve
 ) -> list[Audio]:
     """Every channel of the upload as its own mono 16 kHz Audio (2 to MAX_CHANNELS), or a
     ServiceError: 400 naming `multichannel` for a mono file or too many channels."""
     try:
-        info = sf.info(_rewound(source))
+        info = sf.info(rewound(source))
     except Exception:
         return _decode_with_av(source, max_seconds, reserve)
     if info.format == "MP3":
         return _decode_with_av(source, max_seconds, reserve)
     count = check_channels(int(info.channels))
     rate = int(info.samplerate)
-    outs = [_Growing(0, _share(reserve, count), max_seconds) for _ in range(count)]
+    outs = [Growing(0, _share(reserve, count), max_seconds) for _ in range(count)]
     resampler = soxr.ResampleStream(rate, SAMPLE_RATE, count, dtype="float32")
     try:
-        with sf.SoundFile(_rewound(source)) as f:
+        with sf.SoundFile(rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
                 _add(outs, block if rate == SAMPLE_RATE else resampler.resample_chunk(block))
     except ServiceError:
@@ -74,12 +74,12 @@ def _share(reserve: Reserve, count: int) -> Reserve:
     return lambda seconds: reserve(seconds * count)
 
 
-def _add(outs: list[_Growing], block: np.ndarray) -> None:
+def _add(outs: list[Growing], block: np.ndarray) -> None:
     for channel, out in enumerate(outs):
         out.add(np.ascontiguousarray(block[:, channel]))
 
 
-def _finish(outs: list[_Growing], rate: int, max_seconds: float | None) -> list[Audio]:
+def _finish(outs: list[Growing], rate: int, max_seconds: float | None) -> list[Audio]:
     tracks = [Audio(out.result(), rate) for out in outs]
     if not len(tracks[0].samples):
         raise BadRequestError("The audio contains no samples.", param="file", code="empty_audio")
@@ -91,13 +91,13 @@ def _decode_with_av(source: Source, max_seconds: float | None, reserve: Reserve)
     import av
 
     try:
-        with av.open(_rewound(source), mode="r") as container:
+        with av.open(rewound(source), mode="r") as container:
             if not container.streams.audio:
                 raise InvalidAudioError("The file has no audio stream.", param="file")
             stream: Any = container.streams.audio[0]
             count = check_channels(int(stream.codec_context.channels))
             rate = int(stream.rate or SAMPLE_RATE)
-            outs = [_Growing(0, _share(reserve, count), max_seconds) for _ in range(count)]
+            outs = [Growing(0, _share(reserve, count), max_seconds) for _ in range(count)]
             resampler = av.AudioResampler(format="fltp", layout=stream.layout, rate=SAMPLE_RATE)
             for frame in container.decode(stream):
                 for chunk in resampler.resample(frame):

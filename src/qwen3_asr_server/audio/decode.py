@@ -51,11 +51,11 @@ Source = bytes | BinaryIO  # the upload's bytes, or a seekable file holding them
 Reserve = Callable[[float], None]  # seconds decoded so far; raises to stop the decoding
 
 
-def _no_reserve(seconds: float) -> None:
+def no_reserve(seconds: float) -> None:
     pass
 
 
-def _rewound(source: Source) -> BinaryIO:
+def rewound(source: Source) -> BinaryIO:
     """A file positioned at the start of the upload (bytes are wrapped, not copied)."""
     if isinstance(source, bytes):
         return io.BytesIO(source)
@@ -75,7 +75,7 @@ def decode_audio(
     content_type: str | None = None,
     filename: str | None = None,
     max_seconds: float | None = None,
-    reserve: Reserve = _no_reserve,
+    reserve: Reserve = no_reserve,
 ) -> Audio:
     """Decode any supported upload to mono float32 16 kHz, or raise a ServiceError (also the
     one `reserve` raises, before the block that would pass the budget is kept)."""
@@ -84,7 +84,7 @@ def decode_audio(
         raise BadRequestError("The uploaded file is empty.", param="file", code="empty_file")
     if is_raw_pcm(content_type, filename):
         reserve(size // 2 / SAMPLE_RATE)
-        audio = Audio(pcm16_to_float(_rewound(source).read()), SAMPLE_RATE)
+        audio = Audio(pcm16_to_float(rewound(source).read()), SAMPLE_RATE)
     else:
         audio = _decode_container(source, max_seconds, reserve)
     if len(audio.samples) == 0:
@@ -102,11 +102,11 @@ def mp3_states_length(source: Source) -> bool:
     start makes that guess several times too long."""
     kept = None if isinstance(source, bytes) else source.tell()  # PyAV may be reading it
     try:
-        head = _rewound(source).read(16384)
+        head = rewound(source).read(16384)
         start = 0
         if head[:3] == b"ID3" and len(head) >= 10:  # an ID3v2 tag first: its size, synchsafe
             start = 10 + sum((b & 0x7F) << (7 * (3 - i)) for i, b in enumerate(head[6:10]))
-            head = _rewound(source).read(start + 4096)
+            head = rewound(source).read(start + 4096)
     finally:
         if kept is not None and not isinstance(source, bytes):
             source.seek(kept)
@@ -132,7 +132,7 @@ def probe_seconds(
     if is_raw_pcm(content_type, filename):
         return _size(source) // 2 / SAMPLE_RATE
     try:
-        info = sf.info(_rewound(source))
+        info = sf.info(rewound(source))
         if info.format == "MP3" and not mp3_states_length(source):
             return None
         if info.frames > 0 and info.samplerate > 0:
@@ -142,7 +142,7 @@ def probe_seconds(
     try:
         import av
 
-        with av.open(_rewound(source), mode="r") as container:
+        with av.open(rewound(source), mode="r") as container:
             return stated_seconds(container, source)
     except Exception:
         pass
@@ -161,13 +161,13 @@ def check_duration(seconds: float, max_seconds: float | None, *, stated: bool = 
     raise TooLargeError(f"{message} (MAX_AUDIO_SECONDS).", param="file")
 
 
-class _Growing:
+class Growing:
     """A float32 buffer filled block by block: one allocation when the length is known up
     front, doubling otherwise. `result()` is a view, so the decoded audio exists once.
     Each block is first announced to `reserve` (and to the MAX_AUDIO_SECONDS check)."""
 
     def __init__(
-        self, capacity: int, reserve: Reserve = _no_reserve, max_seconds: float | None = None
+        self, capacity: int, reserve: Reserve = no_reserve, max_seconds: float | None = None
     ) -> None:
         self._buf = np.empty(max(capacity, SAMPLE_RATE), dtype=np.float32)
         self._len = 0
@@ -201,7 +201,7 @@ def _mono(block: np.ndarray) -> np.ndarray:
 
 def _decode_container(source: Source, max_seconds: float | None, reserve: Reserve) -> Audio:
     try:
-        info = sf.info(_rewound(source))
+        info = sf.info(rewound(source))
     except Exception as sf_error:  # soundfile cannot read it: try FFmpeg through PyAV
         first_error = str(sf_error).rsplit(": ", 1)[-1]
         return _decode_with_av(source, max_seconds, reserve, first_error=first_error)
@@ -212,10 +212,10 @@ def _decode_container(source: Source, max_seconds: float | None, reserve: Reserv
     if info.frames > 0:  # some formats report no frame count until decoded
         check_duration(info.frames / info.samplerate, max_seconds)
     rate = int(info.samplerate)
-    out = _Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE, reserve, max_seconds)
+    out = Growing(int(info.frames * SAMPLE_RATE / rate) + SAMPLE_RATE, reserve, max_seconds)
     resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
     try:
-        with sf.SoundFile(_rewound(source)) as f:
+        with sf.SoundFile(rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
                 mono = _mono(block)
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
@@ -234,7 +234,7 @@ def _decode_with_av(
     import av  # PyAV: FFmpeg bindings, imported only for formats soundfile cannot read
 
     try:
-        with av.open(_rewound(source), mode="r") as container:
+        with av.open(rewound(source), mode="r") as container:
             if not container.streams.audio:
                 raise InvalidAudioError("The file has no audio stream.", param="file")
             stream = container.streams.audio[0]
@@ -242,7 +242,7 @@ def _decode_with_av(
             # the header's duration, which may lie: `out` checks every block it is given;
             # a guessed one (raw AAC, MP3 without a length header) is not even a size hint
             seconds = stated_seconds(container, source) or 0.0
-            out = _Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE, reserve, max_seconds)
+            out = Growing(int(seconds * SAMPLE_RATE) + SAMPLE_RATE, reserve, max_seconds)
             resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
             for frame in container.decode(stream):
                 for chunk in resampler.resample(frame):
