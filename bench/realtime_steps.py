@@ -21,26 +21,11 @@ from pathlib import Path
 from common import pct, tiny_qwen
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from batch_metrics import batch_sizes
 from proc import ServerProcess
 
 LOAD = Path(__file__).with_name("stream_load.py")
-
-
-def rows_per_step(url: str) -> dict[str, float]:
-    """priority -> mean jobs per engine call or step."""
-    totals: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text):
-        if family.name != "asr_batch_size":
-            continue
-        for s in family.samples:
-            entry = totals.setdefault(s.labels["priority"], [0.0, 0.0])
-            if s.name == "asr_batch_size_sum":
-                entry[0] = s.value
-            elif s.name == "asr_batch_size_count":
-                entry[1] = s.value
-    return {p: (v[0] / v[1] if v[1] else 0.0) for p, v in totals.items()}
 
 
 def run(decode: str, streams: int, seconds: float) -> dict[str, float]:
@@ -77,7 +62,7 @@ def run(decode: str, streams: int, seconds: float) -> dict[str, float]:
         )
         got = json.loads(out.stdout.strip().splitlines()[-1])
         finals = got["finals"] or [float("nan")]
-        rows = rows_per_step(server.url)
+        rows = {p: s.mean for p, s in batch_sizes(server.url).items()}
         return {
             "finals": len(got["finals"]),
             "p50": pct(finals, 50),

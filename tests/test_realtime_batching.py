@@ -8,33 +8,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from batch_metrics import batch_sizes
 from qwen3_asr_server.app import create_app
 from server import live_server
 from streaming_client import Collector, load, open_ws, stream
 
 pytestmark = pytest.mark.slow
 SESSIONS = 24
-
-
-def batch_sizes(url: str) -> dict[str, tuple[float, float]]:
-    """priority -> (steps observed, steps that carried one job)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "asr_batch_size":
-            continue
-        for s in family.samples:
-            entry = out.setdefault(s.labels["priority"], [0.0, 0.0])
-            if s.name == "asr_batch_size_count":
-                entry[0] = s.value
-            elif s.name == "asr_batch_size_bucket" and float(s.labels["le"]) == 1.0:
-                entry[1] = s.value
-    return {p: (v[0], v[1]) for p, v in out.items()}
 
 
 def test_finals_of_many_sessions_share_steps(qwen_settings: Any) -> None:
@@ -60,5 +43,5 @@ def test_finals_of_many_sessions_share_steps(qwen_settings: Any) -> None:
             t.join(180)
         sizes = batch_sizes(srv.url)
     assert all(n >= 1 for n in finals), finals
-    steps, single = sizes.get("final", (0.0, 0.0))
-    assert steps > 0 and steps > single, sizes  # some final steps carried several jobs
+    final = sizes.get("final")
+    assert final is not None and final.count > final.single, sizes  # some carried several

@@ -5,7 +5,6 @@ more, and each is answered the moment it ends, not when the whole batch does."""
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 
 from .base import (
@@ -81,7 +80,6 @@ class ListSource:
         self._should_stop = should_stop
         self.results: list[TranscribeResult | None] = [None] * len(requests)
         self.error: Exception | None = None
-        self.started = time.perf_counter()
 
     def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
         taken, self._waiting = self._waiting[:free], self._waiting[free:]

@@ -49,7 +49,6 @@ class PriorityScheduler:
         self.realtime_quiet = realtime_quiet
         self._last_realtime = -realtime_quiet
         self.max_batch = max_batch
-        self.batch_max_wait = batch_max_wait
         self._on_start = on_start  # (priority, seconds waited) as each job starts: metrics
         self._on_batch = on_batch  # (most urgent priority, jobs) per engine call or step
         self._local = threading.local()  # the group of jobs running on this worker thread
