@@ -169,6 +169,13 @@ class QwenEngine:
                 graphs=cuda and self._graphs != "off",
                 sync_every=8 if cuda else 1,
             )
+            cache = self._decoder.cache
+            logger.info(
+                "static KV cache: {} rows x {} tokens, {:.0f} MB (MAX_BATCH_SIZE, KV_CACHE_TOKENS)",
+                cache.slots,
+                cache.length,
+                cache.bytes / 1e6,
+            )
         self._model = model
         self._aligner = aligner
         self._device = "cuda" if cuda else "cpu"
