@@ -203,7 +203,9 @@ async def multichannel(
     tracks = await read_channels(ctx, request, form.file)
     decode_seconds = time.perf_counter() - started
     names = channel_names(form.channel_names, len(tracks))
-    work = transcribe_channels(ctx.transcriber, tracks, options, names)
+    # the merge orders by time: every format decodes with segment times, json and text too
+    timed = replace(options, request=replace(options.request, segment_times=True))
+    work = transcribe_channels(ctx.transcriber, tracks, timed, names)
     result = await unless_client_leaves(request, work)
     if form.streams():  # the merged segments in time order, once every channel is done
         return sse_response(channel_events(result, form.response_format == "diarized_json"))
