@@ -137,3 +137,49 @@ async def test_clear_drops_what_was_held() -> None:
     await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
     await ingest.drain(sink)  # type: ignore[arg-type]
     assert sink.samples_in - fed == 1600  # no stale half sample shifted the new audio
+
+
+def interleaved(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    return np.stack([left, right], axis=1).reshape(-1)
+
+
+async def test_stereo_pcm_cut_anywhere_comes_out_as_two_aligned_columns() -> None:
+    """Interleaved s16le frames (4 bytes) sent in messages of odd sizes that split samples
+    and frames: each channel comes out whole and in its own column (issue 44)."""
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=10, channels=2)
+    left, right = tone(16000, 0.5), -0.5 * tone(16000, 0.5)
+    data = pcm16(interleaved(left, right))
+    for i in range(0, len(data), 1003):  # 1003 bytes: 250 frames and 3 bytes of the next
+        assert await ingest.feed(sink, data[i : i + 1003])  # type: ignore[arg-type]
+    fed = np.concatenate(sink.fed)
+    assert fed.shape == (8000, 2) and sink.samples_in == 8000  # frames, not samples
+    assert np.allclose(fed[:, 0], left, atol=4 / 32768)
+    assert np.allclose(fed[:, 1], right, atol=4 / 32768)
+
+
+async def test_stereo_g711_at_8_khz_is_resampled_per_channel() -> None:
+    from qwen3_asr_server.audio import g711
+
+    sink = Sink()
+    ingest = PcmIngest(8000, max_seconds=10, encoding="mulaw", channels=2)
+    left, right = tone(8000, 1.0), np.zeros(8000, np.float32)
+    data = g711.encode(interleaved(left, right), "mulaw")
+    for i in range(0, len(data), 801):  # odd: a frame's left byte waits for its right one
+        assert await ingest.feed(sink, data[i : i + 801])  # type: ignore[arg-type]
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    fed = np.concatenate(sink.fed)
+    assert fed.shape == (16000, 2)
+    assert np.abs(fed[:, 1]).max() < 0.01  # the silent channel stays silent
+    loud = np.sqrt(np.mean(fed[800:-800, 0] ** 2))
+    assert abs(loud - 0.3 / np.sqrt(2)) < 0.02  # the tone, resampled, on its own channel
+
+
+async def test_the_session_limit_counts_stereo_frames_once() -> None:
+    sink = Sink()
+    ingest = PcmIngest(16000, max_seconds=1.0, channels=2)
+    half = tone(16000, 0.5)
+    assert await ingest.feed(sink, pcm16(interleaved(half, half)))  # type: ignore[arg-type]
+    assert await ingest.feed(sink, pcm16(interleaved(half, half)))  # type: ignore[arg-type]
+    assert not await ingest.feed(sink, pcm16(interleaved(half[:160], half[:160])))  # type: ignore[arg-type]
+    assert sink.samples_in == 16000

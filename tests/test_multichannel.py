@@ -16,42 +16,15 @@ import pytest
 import soundfile as sf
 
 import speech
+from calls import AGENT, CUSTOMER, NAMES, RATE, call, call_tracks
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.audio.channels import without_echo
+from qwen3_asr_server.audio.channels import EchoGate, without_echo
 from server import LiveServer, live_server
 from streaming_client import load
 from wer import normalize, wer
 
 pytestmark = pytest.mark.slow
-RATE = 16000
-AGENT = ["sentence_01.wav", "sentence_03.wav"]
-CUSTOMER = ["sentence_02.wav", "sentence_04.wav"]
-NAMES = ["agent", "customer"]
-
-
-def call(echo_db: float | None = None) -> tuple[bytes, list[float]]:
-    """A stereo WAV: agent, customer (starting 0.4 s before the agent ends), agent,
-    customer; with `echo_db`, each side's copy that much quieter on the other channel.
-    Returns the file and each turn's start (s)."""
-    turns = [(0, AGENT[0]), (1, CUSTOMER[0]), (0, AGENT[1]), (1, CUSTOMER[1])]
-    clips = [(ch, load(name)) for ch, name in turns]
-    starts, at = [], 0.5
-    for i, (_, clip) in enumerate(clips):
-        starts.append(at)
-        overlap = 0.4 if i == 0 else -0.8  # the customer cuts in; then pauses between turns
-        at += len(clip) / RATE - overlap
-    total = int((at + 1.5) * RATE)
-    tracks = np.zeros((2, total), np.float32)
-    for (ch, clip), start in zip(clips, starts, strict=True):
-        s = int(start * RATE)
-        tracks[ch, s : s + len(clip)] += clip
-    if echo_db is not None:
-        gain = 10 ** (-echo_db / 20)
-        tracks = tracks + gain * tracks[::-1]
-    buf = io.BytesIO()
-    sf.write(buf, tracks.T, RATE, format="WAV", subtype="PCM_16")
-    return buf.getvalue(), starts
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +155,16 @@ def test_the_echo_gate_silences_only_the_quieter_copy() -> None:
     both = [near, rng.standard_normal(RATE).astype(np.float32) * 0.2]  # both talk at once
     kept = without_echo(both)
     assert np.count_nonzero(kept[1]) > 0.95 * RATE
+
+
+def test_the_live_echo_gate_cuts_as_the_upload_gate_across_any_messages() -> None:
+    """A live stream's gate (EchoGate) sees messages of any length; with the delayed
+    reference carried across them, it silences exactly what the upload's gate does."""
+    tracks, _ = call_tracks(25.0)
+    whole = np.stack(without_echo([tracks[0], tracks[1]]), axis=1)
+    gate = EchoGate(2)
+    frames = tracks.T
+    pieces = [gate.push(frames[i : i + 1001]) for i in range(0, len(frames), 1001)]
+    live = np.concatenate([*pieces, gate.rest()])
+    assert np.array_equal(live, whole)
+    assert np.count_nonzero(whole[:, 1] == 0) > np.count_nonzero(tracks[1] == 0) + RATE  # echo cut

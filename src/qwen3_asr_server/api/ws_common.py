@@ -15,6 +15,7 @@ from starlette.routing import get_route_path
 from ..engines.base import TranscribeRequest
 from ..errors import AuthError
 from ..streaming.agreement import Draft
+from ..streaming.channels import ChannelGroup
 from ..streaming.events import Emit
 from ..streaming.ingest import PcmIngest
 from ..streaming.registry import SessionLimitError
@@ -178,8 +179,11 @@ def base_config(
     )
 
 
-async def register(ctx: AppContext, session: StreamSession, outbox: Outbox) -> str | None:
-    """Add the session to the bounded registry; on refusal, release it and say why."""
+async def register(
+    ctx: AppContext, session: StreamSession | ChannelGroup, outbox: Outbox
+) -> str | None:
+    """Add the session to the bounded registry (a ChannelGroup takes a seat per channel);
+    on refusal, release it and say why."""
     try:
         ctx.sessions.add(session, outbox.drain)
     except SessionLimitError as exc:
@@ -195,7 +199,7 @@ Handler = Callable[[MutableMapping[str, Any]], Awaitable[str | None]]
 async def serve_session(
     ctx: AppContext,
     websocket: WebSocket,
-    session: StreamSession,
+    session: StreamSession | ChannelGroup,
     outbox: Outbox,
     handle: Handler,
     idle_error: dict[str, Any],

@@ -2,7 +2,12 @@
 
 Beyond the seed: `encoding=mulaw|alaw` with `sample_rate=8000` takes raw G.711 bytes (phone
 bridges); `prompt` and `keywords` (query and `config` action) bias the decoder. In the query,
-`keywords` may be repeated and each value is also split at commas."""
+`keywords` may be repeated and each value is also split at commas.
+
+`channels=2` (up to 8) takes interleaved frames, one speaker per channel (a call's two
+sides): each channel has its own voice detection and utterances, and every message about
+one channel (partial, final, a final's error, buffer_reset) carries `"channel": N`. A flush
+or reset answers once per channel. Without `channels` the protocol is the seed's."""
 
 from __future__ import annotations
 
@@ -13,9 +18,11 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
+from ..audio.channels import MAX_CHANNELS
 from ..engines.base import TranscribeRequest
 from ..errors import ServiceError
-from ..streaming.events import Final, FinalFailed, Partial, StreamEvent
+from ..streaming.channels import ChannelGroup
+from ..streaming.events import Emit, Final, FinalFailed, Partial, StreamEvent
 from ..streaming.ingest import Encoding, PcmIngest
 from ..streaming.session import StreamSession
 from .deps import AppContext
@@ -168,6 +175,14 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         )
         await refuse(websocket, error("UNSUPPORTED_ENCODING", message, 400), 1003)
         return
+    try:
+        channels = int(query.get("channels") or 1)
+    except ValueError:
+        channels = 0
+    if not 1 <= channels <= MAX_CHANNELS:
+        message = f"channels must be 1 to {MAX_CHANNELS}, not {query.get('channels')!r}."
+        await refuse(websocket, error("UNSUPPORTED_CHANNELS", message, 400), 1003)
+        return
     echo = Echo(query.get("language") or "auto")
     try:
         decoding = echo.decoding(
@@ -182,26 +197,32 @@ async def ws_transcribe(websocket: WebSocket) -> None:
     use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
-    async def emit(event: StreamEvent) -> None:
-        for message, droppable in to_seed(event):
-            await outbox.put(message, droppable=droppable)
+    def emitter(channel: int | None) -> Emit:
+        async def emit(event: StreamEvent) -> None:
+            for message, droppable in to_seed(event):
+                await outbox.put(tagged(message, channel), droppable=droppable)
 
-    session = new_session(ctx, base_config(ctx, use_vad, decoding), emit)
+        return emit
+
+    config = base_config(ctx, use_vad, decoding)
+    lanes = [
+        new_session(ctx, config, emitter(c if channels > 1 else None)) for c in range(channels)
+    ]
+    session: StreamSession | ChannelGroup = lanes[0] if channels == 1 else ChannelGroup(lanes)
     refused = await register(ctx, session, outbox)
     if refused:
         await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
         return
-    await outbox.put(
-        {
-            "status": "connected",
-            "sample_rate": sample_rate,
-            "format": encoding,
-            "buffer_size": int(settings.ws_partial_interval * sample_rate) * 2,
-            "window_max_s": settings.ws_window_max_s,
-            "use_server_vad": use_vad,
-        }
-    )
-    ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding)
+    connected = {
+        "status": "connected",
+        "sample_rate": sample_rate,
+        "format": encoding,
+        "buffer_size": int(settings.ws_partial_interval * sample_rate) * 2 * channels,
+        "window_max_s": settings.ws_window_max_s,
+        "use_server_vad": use_vad,
+    }
+    await outbox.put({**connected, "channels": channels} if "channels" in query else connected)
+    ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding, channels)
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
@@ -218,22 +239,29 @@ async def ws_transcribe(websocket: WebSocket) -> None:
                 await outbox.put(error("SESSION_TOO_LONG", msg, 413))
                 return "limit"
         elif text is not None:
-            await handle_action(ctx, session, ingest, outbox, echo, text)
+            await handle_action(ctx, (session, lanes), ingest, outbox, echo, text)
         return None
 
     idle = error("IDLE_TIMEOUT", "No audio or message; closing.", 408)
     await serve_session(ctx, websocket, session, outbox, on_message, idle, ingest)
 
 
+def tagged(message: dict[str, Any], channel: int | None) -> dict[str, Any]:
+    """A message about one channel of a multichannel stream carries its number."""
+    return message if channel is None else {**message, "channel": channel}
+
+
 async def handle_action(
     ctx: AppContext,
-    session: StreamSession,
+    stream: tuple[StreamSession | ChannelGroup, list[StreamSession]],
     ingest: PcmIngest,
     outbox: Outbox,
     echo: Echo,
     text: str,
 ) -> None:
-    """One text action. A bad one gets a seed error (statusCode 400); the session goes on."""
+    """One text action. A bad one gets a seed error (statusCode 400); the session goes on.
+    `stream` is the session fed by `ingest`, and its channels' sessions (itself if mono)."""
+    session, lanes = stream
     try:
         action = parse_action(text)
     except MessageError as exc:
@@ -244,13 +272,18 @@ async def handle_action(
         # The answer comes after every final still pending, in order: the action's own
         # final, else the pending one (sent even if empty), else, with nothing at all
         # buffered, an empty final at once. A reset's final is followed by buffer_reset.
+        # A multichannel stream answers once per channel.
         await ingest.drain(session)
+        if isinstance(session, ChannelGroup):
+            await session.release()
         name = "flush" if isinstance(action, FlushAction) else "reset"
-        item = await (session.flush() if name == "flush" else session.reset())
-        if item is None and not session.answer_pending(name):
-            await outbox.put({"text": "", **FINAL_MARK})
-            if name == "reset":
-                await outbox.put(BUFFER_RESET)
+        for c, lane in enumerate(lanes):
+            channel = c if len(lanes) > 1 else None
+            item = await (lane.flush() if name == "flush" else lane.reset())
+            if item is None and not lane.answer_pending(name):
+                await outbox.put(tagged({"text": "", **FINAL_MARK}, channel))
+                if name == "reset":
+                    await outbox.put(tagged(BUFFER_RESET, channel))
     else:
         changes: dict[str, Any] = {}
         sent = {
@@ -263,15 +296,16 @@ async def handle_action(
             return
         if action.given("use_server_vad"):
             changes["use_vad"] = action.use_server_vad
-        session.configure(**changes)
+        for lane in lanes:
+            lane.configure(**changes)
         if action.given("language"):
             echo.language = action.language or "auto"
         await outbox.put(
             {
                 "status": "configured",
                 "language": echo.language,
-                "use_server_vad": session.config.use_vad,
-                "prompt": session.config.decoding.prompt,
-                "keywords": list(session.config.decoding.keywords),
+                "use_server_vad": lanes[0].config.use_vad,
+                "prompt": lanes[0].config.decoding.prompt,
+                "keywords": list(lanes[0].config.decoding.keywords),
             }
         )

@@ -24,6 +24,7 @@ FRAME = SAMPLE_RATE // 50  # 20 ms
 SPEAKING_RMS = 10 ** (-45 / 20)  # the louder channel must be speaking, not near silence
 ECHO_CORRELATION = 0.6  # an echo is a copy: shaped like the louder channel
 ECHO_LAGS = tuple(SAMPLE_RATE * ms // 1000 for ms in (0, 2, 5, 10, 20, 30))  # its delay
+MAX_LAG = max(ECHO_LAGS)
 
 
 def decode_channels(
@@ -113,14 +114,19 @@ def _decode_with_av(source: Source, max_seconds: float | None, reserve: Reserve)
     return _finish(outs, rate, max_seconds)
 
 
-def without_echo(tracks: list[np.ndarray]) -> list[np.ndarray]:
+def without_echo(
+    tracks: list[np.ndarray], pasts: list[np.ndarray] | None = None
+) -> list[np.ndarray]:
     """Each track with its echo frames set to zero: frames at least ECHO_DB quieter than
     another track that is speaking, and shaped like it (a scaled, maybe delayed copy:
     normalized correlation ≥ ECHO_CORRELATION at one of ECHO_LAGS). A quieter frame of a
-    different sound (the other side talking at the same time) is kept."""
+    different sound (the other side talking at the same time) is kept. `pasts`: each
+    track's MAX_LAG samples before these (a live stream's previous message), else silence."""
     frames = min(len(t) for t in tracks) // FRAME
     if frames == 0 or len(tracks) < 2:
         return tracks
+    if pasts is None:
+        pasts = [np.zeros(MAX_LAG, np.float32)] * len(tracks)
     shaped = [t[: frames * FRAME].reshape(frames, FRAME) for t in tracks]
     rms = np.stack([np.sqrt(np.mean(f**2, axis=1)) for f in shaped])
     ratio = 10 ** (ECHO_DB / 20)
@@ -132,19 +138,48 @@ def without_echo(tracks: list[np.ndarray]) -> list[np.ndarray]:
                 continue
             louder = (rms[o] >= SPEAKING_RMS) & (rms[c] * ratio <= rms[o])
             if louder.any():
-                echo |= louder & (_correlation(shaped[c], tracks[o], frames) >= ECHO_CORRELATION)
+                copy = _correlation(shaped[c], tracks[o], pasts[o], frames) >= ECHO_CORRELATION
+                echo |= louder & copy
         cleaned = track.copy()
         cleaned[: frames * FRAME].reshape(frames, FRAME)[echo] = 0.0
         out.append(cleaned)
     return out
 
 
-def _correlation(frames: np.ndarray, other: np.ndarray, count: int) -> np.ndarray:
-    """Per frame, the highest normalized correlation with `other` delayed by ECHO_LAGS."""
+class EchoGate:
+    """without_echo on a live stream's (samples, channels) messages: whole 20 ms frames,
+    with each channel's last MAX_LAG samples as the delayed reference across messages. The
+    samples of a frame not yet complete wait for the next message (or `rest`)."""
+
+    def __init__(self, channels: int) -> None:
+        self._held = np.zeros((0, channels), np.float32)
+        self._past = np.zeros((MAX_LAG, channels), np.float32)
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        samples = np.concatenate([self._held, samples])
+        whole = len(samples) - len(samples) % FRAME
+        block, self._held = samples[:whole], samples[whole:]
+        if not whole:
+            return block
+        tracks = [np.ascontiguousarray(block[:, c]) for c in range(block.shape[1])]
+        pasts = [self._past[:, c] for c in range(block.shape[1])]
+        gated = np.stack(without_echo(tracks, pasts), axis=1)
+        self._past = np.concatenate([self._past, block])[-MAX_LAG:]
+        return gated
+
+    def rest(self) -> np.ndarray:
+        """The incomplete frame, ungated (a flush or the end of the stream)."""
+        rest, self._held = self._held, self._held[:0]
+        return rest
+
+
+def _correlation(frames: np.ndarray, other: np.ndarray, past: np.ndarray, count: int) -> np.ndarray:
+    """Per frame, the highest normalized correlation with `other` delayed by ECHO_LAGS
+    (`past`: the MAX_LAG samples of it before these)."""
     best = np.zeros(count, np.float32)
     norms = np.linalg.norm(frames, axis=1) + 1e-9
     for lag in ECHO_LAGS:
-        shifted = np.concatenate([np.zeros(lag, np.float32), other])[: count * FRAME]
+        shifted = np.concatenate([past[len(past) - lag :], other])[: count * FRAME]
         theirs = shifted.reshape(count, FRAME)
         dots = np.einsum("ij,ij->i", frames, theirs)
         best = np.maximum(best, dots / (norms * (np.linalg.norm(theirs, axis=1) + 1e-9)))

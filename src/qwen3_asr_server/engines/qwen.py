@@ -193,6 +193,8 @@ class QwenEngine:
         if cuda:
             import torch
 
+            # cuBLAS holds a workspace per stream it ran on (32 MiB each on Hopper)
+            getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()
             torch.cuda.empty_cache()
 
     def transcribe(

@@ -84,9 +84,12 @@ class Decoder:
         if graphs:  # captured now, with no row in flight (a capture writes into the cache)
             import torch
 
+            # One side stream for every capture: each stream gets its own cuBLAS workspace
+            # (32 MiB on Hopper), which outlives the graphs until the engine's unload.
+            stream = torch.cuda.Stream()
             with torch.inference_mode():
                 for size in (b for b in BUCKETS if b <= self.slots):
-                    self.stepper.graphs[size] = CapturedStep(self.stepper, size)
+                    self.stepper.graphs[size] = CapturedStep(self.stepper, size, stream)
 
     @property
     def free(self) -> int:

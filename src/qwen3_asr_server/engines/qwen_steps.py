@@ -124,21 +124,20 @@ def rotate(x: Any, cos: Any, sin: Any) -> Any:
 class CapturedStep:
     """The step for one bucket captured as a CUDA graph on static input buffers."""
 
-    def __init__(self, stepper: Stepper, rows: int) -> None:
+    def __init__(self, stepper: Stepper, rows: int, stream: Any) -> None:
         import torch
 
         device = stepper.cache.keys[0].device
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, dtype=torch.long, device=device)
         length = stepper.cache.length
-        stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: kernels chosen, allocations made, off the graph
                 stepper.run(self.tokens, self.positions, length)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, stream=stream):
             self.logits = stepper.run(self.tokens, self.positions, length)
 
     def __call__(self, tokens: Any, positions: Any) -> Any:

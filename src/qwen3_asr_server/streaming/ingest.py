@@ -3,14 +3,19 @@ telephony audio), at the client's rate -> 16 kHz float32 -> the session, within 
 session's audio limit (WS_MAX_SESSION_S). G.711 is decoded with a table (`audio/g711.py`), then
 resampled like any 8 kHz PCM.
 
-A byte stream may be cut anywhere: an s16le message of odd length keeps its last byte for
-the next one, so every later sample stays aligned. The resampler holds a few ms of audio
+A multichannel stream (`channels` > 1) sends interleaved frames (FreeSWITCH's stereo audio
+fork: left, right, left, ...); they come out as (samples, channels) arrays, resampled
+together, for a `ChannelGroup`.
+
+A byte stream may be cut anywhere: the bytes of a frame not yet complete (the first byte of
+an s16le sample, or the first channels of a frame) wait for the next message, so every later
+sample stays aligned. The resampler holds a few ms of audio
 between messages; `drain` (flush, commit, reset, close) passes them on, so they are part of
 the item they were sent in, and a change of rate passes on the old rate's tail first."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import soxr
@@ -18,20 +23,30 @@ import soxr
 from ..audio import g711
 from ..audio.decode import pcm16_to_float
 from ..audio.pcm import SAMPLE_RATE
-from .session import StreamSession
 
 Encoding = Literal["pcm_s16le", "mulaw", "alaw"]
 G711_RATE = 8000
-EMPTY = np.zeros(0, dtype=np.float32)
+
+
+class Fed(Protocol):
+    """A StreamSession (mono audio), or a ChannelGroup ((samples, channels) audio)."""
+
+    @property
+    def samples_in(self) -> int: ...
+    async def feed(self, samples: np.ndarray) -> None: ...
 
 
 class PcmIngest:
-    def __init__(self, rate: int, max_seconds: float, encoding: Encoding = "pcm_s16le") -> None:
+    def __init__(
+        self, rate: int, max_seconds: float, encoding: Encoding = "pcm_s16le", channels: int = 1
+    ) -> None:
         self.rate = 0  # set below
         self.encoding: Encoding = encoding
+        self.channels = channels
+        self._empty = np.zeros((0, channels) if channels > 1 else 0, dtype=np.float32)
         self._resampler: Any = None
-        self._odd = b""  # the first byte of a sample whose second byte has not come yet
-        self._tail = EMPTY  # 16 kHz audio a previous rate's resampler still held
+        self._odd = b""  # the bytes of a frame whose other bytes have not come yet
+        self._tail = self._empty  # 16 kHz audio a previous rate's resampler still held
         self.max_samples = int(max_seconds * SAMPLE_RATE)
         self.set_rate(rate)
 
@@ -47,49 +62,52 @@ class PcmIngest:
             self._resampler = None if rate == SAMPLE_RATE else self._new_resampler()
 
     def _new_resampler(self) -> Any:
-        return soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32")
+        return soxr.ResampleStream(self.rate, SAMPLE_RATE, self.channels, dtype="float32")
 
     def _held(self) -> np.ndarray:
         """What the resampler still holds, as 16 kHz audio; it starts afresh."""
         if self._resampler is None:
-            return EMPTY
-        held: np.ndarray = self._resampler.resample_chunk(EMPTY, last=True)
+            return self._empty
+        held: np.ndarray = self._resampler.resample_chunk(self._empty, last=True)
         self._resampler = self._new_resampler()
         return held
 
     def decode(self, data: bytes) -> np.ndarray:
-        """Bytes -> float32 at the client's rate; an odd s16le byte waits for the next."""
-        if self.encoding != "pcm_s16le":
-            return g711.decode(data, self.encoding)
-        data = self._odd + data
-        cut = len(data) - len(data) % 2
-        self._odd = data[cut:]
-        return pcm16_to_float(data[:cut])
+        """Bytes -> float32 at the client's rate, (samples, channels) when there are several;
+        the bytes of an incomplete frame wait for the next message."""
+        law = self.encoding
+        frame = (1 if law != "pcm_s16le" else 2) * self.channels
+        if frame > 1 or self._odd:
+            data = self._odd + data
+            cut = len(data) - len(data) % frame
+            data, self._odd = data[:cut], data[cut:]
+        samples = pcm16_to_float(data) if law == "pcm_s16le" else g711.decode(data, law)
+        return samples.reshape(-1, self.channels) if self.channels > 1 else samples
 
-    async def feed(self, session: StreamSession, data: bytes) -> bool:
+    async def feed(self, session: Fed, data: bytes) -> bool:
         """Decode, resample and feed `data`. False, and nothing fed, when it would take the
         session past its audio limit."""
         samples = self.decode(data)
         if self._resampler is not None:
             samples = self._resampler.resample_chunk(samples)
         if len(self._tail):
-            samples, self._tail = np.concatenate([self._tail, samples]), EMPTY
+            samples, self._tail = np.concatenate([self._tail, samples]), self._empty
         return await self._give(session, samples)
 
-    async def drain(self, session: StreamSession) -> None:
+    async def drain(self, session: Fed) -> None:
         """Pass on what the resampler holds (before a flush, commit, reset or close). A
         half sample still waiting for its second byte stays: it belongs to the next one."""
-        samples, self._tail = np.concatenate([self._tail, self._held()]), EMPTY
+        samples, self._tail = np.concatenate([self._tail, self._held()]), self._empty
         if len(samples):
             await self._give(session, samples)
 
     def clear(self) -> None:
         """Drop what is held (the client discarded its buffer)."""
-        self._tail, self._odd = EMPTY, b""
+        self._tail, self._odd = self._empty, b""
         if self._resampler is not None:
             self._resampler = self._new_resampler()
 
-    async def _give(self, session: StreamSession, samples: np.ndarray) -> bool:
+    async def _give(self, session: Fed, samples: np.ndarray) -> bool:
         if session.samples_in + len(samples) > self.max_samples:
             return False
         await session.feed(samples)

@@ -60,6 +60,8 @@ __all__ = ["AudioSource", "Heard", "StreamConfig", "StreamSession", "Transcribe"
 
 
 class StreamSession:
+    channels = 1  # a seat in the registry; a multichannel stream is a ChannelGroup of these
+
     def __init__(
         self,
         config: StreamConfig,
