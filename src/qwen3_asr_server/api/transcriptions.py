@@ -27,8 +27,8 @@ from ..outputs.formats import (
     words_body,
 )
 from ..text import join_texts
-from ..transcript import Transcript
-from ..transcription.channels import channel_names, transcribe_channels
+from ..transcript import Segment, Transcript
+from ..transcription.channels import channel_names, stream_channels, transcribe_channels
 from ..transcription.long_form import (
     merged_logprobs,
     merged_usage,
@@ -205,32 +205,42 @@ async def multichannel(
     names = channel_names(form.channel_names, len(tracks))
     # the merge orders by time: every format decodes with segment times, json and text too
     timed = replace(options, request=replace(options.request, segment_times=True))
+    if form.streams():  # each segment in time order, as soon as it is final
+        events = stream_channels(ctx.transcriber, tracks, timed, names)
+        return sse_response(channel_events(events, form.response_format == "diarized_json"))
     work = transcribe_channels(ctx.transcriber, tracks, timed, names)
     result = await unless_client_leaves(request, work)
-    if form.streams():  # the merged segments in time order, once every channel is done
-        return sse_response(channel_events(result, form.response_format == "diarized_json"))
     headers = {"Server-Timing": server_timing(result, decode_seconds)}
     return format_response(result, form, options, headers)
 
 
-async def channel_events(result: Transcript, diarized: bool) -> AsyncIterator[dict[str, Any]]:
+async def channel_events(
+    items: AsyncIterator[Segment | Transcript], diarized: bool
+) -> AsyncIterator[dict[str, Any]]:
     """A multichannel stream: a segment event per segment (diarized_json: OpenAI's
     `transcript.text.segment` with the channel's name as speaker; otherwise a text delta
-    with its `channel`), in time order, then `transcript.text.done`."""
-    full = ""
-    for index, segment in enumerate(result.segments):
+    with its `channel`), in time order, then `transcript.text.done` (the merged call)."""
+    full, index = "", 0
+    async for item in items:
+        if isinstance(item, Transcript):
+            yield done_event(item)
+            return
         if diarized:
-            yield diarized_segment_body(index, segment)
+            yield diarized_segment_body(index, item)
+            index += 1
             continue
-        joined = join_texts([full, segment.text])
+        joined = join_texts([full, item.text])
         yield {
             "type": "transcript.text.delta",
             "delta": joined[len(full) :],
-            "channel": segment.channel,
+            "channel": item.channel,
         }
         full = joined
+
+
+def done_event(result: Transcript) -> dict[str, Any]:
     done: dict[str, Any] = {"type": "transcript.text.done", "text": result.text}
     done["languages"] = languages_body(result.languages)
     if result.usage is not None:
         done["usage"] = {"type": "tokens", **token_usage_body(result.usage)}
-    yield done
+    return done

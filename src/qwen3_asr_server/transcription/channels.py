@@ -2,17 +2,26 @@
 channel is transcribed on its own, cut at its own pauses (a stretch where it is silent is
 never decoded), after the faint echo of the other side is silenced (`audio/channels.py`);
 then the channels' segments are merged into one timeline by start time. Segments and words
-carry their channel; a segment's speaker is the channel's name."""
+carry their channel; a segment's speaker is the channel's name.
+
+Streamed (`stream_channels`), a segment is sent as soon as no channel can still produce an
+earlier one: each channel's parts come in order, and a channel's next part starts after its
+last part's span, so a segment starting before every channel's last span end is final."""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import math
+from collections.abc import AsyncIterator, Callable
 
 from ..audio.channels import without_echo
 from ..audio.decode import Audio
 from ..errors import BadRequestError
 from ..text import join_texts
 from ..transcript import Segment, TokenUsage, Transcript
+from .long_form import SegmentResult, merge
 from .service import Options, Transcriber
 
 
@@ -30,24 +39,91 @@ def channel_names(names: list[str] | None, count: int) -> list[str]:
     return names
 
 
+async def cleaned(tracks: list[Audio]) -> list[Audio]:
+    """The tracks with each one's echo of the others silenced (off the event loop)."""
+    samples = await asyncio.to_thread(without_echo, [t.samples for t in tracks])
+    return [Audio(s, tracks[0].source_rate) for s in samples]
+
+
 async def transcribe_channels(
     transcriber: Transcriber, tracks: list[Audio], options: Options, names: list[str]
 ) -> Transcript:
-    cleaned = await asyncio.to_thread(without_echo, [t.samples for t in tracks])
-    audios = [Audio(samples, tracks[0].source_rate) for samples in cleaned]
+    audios = await cleaned(tracks)
     results = await asyncio.gather(*(transcriber.transcribe(a, options) for a in audios))
     return merge_channels(list(results), names)
+
+
+async def stream_channels(
+    transcriber: Transcriber, tracks: list[Audio], options: Options, names: list[str]
+) -> AsyncIterator[Segment | Transcript]:
+    """Each segment, tagged, in time order as soon as it is final; then the merged call."""
+    audios = await cleaned(tracks)
+    parts: list[list[SegmentResult]] = [[] for _ in audios]
+
+    def keep(channel: int, part: SegmentResult) -> None:
+        tag(part.segments, channel, names[channel])
+        parts[channel].append(part)
+
+    async for segment in in_time_order([transcriber.stream(a, options) for a in audios], keep):
+        yield segment
+    language = options.request.language
+    results = [merge(p, a, language) for p, a in zip(parts, audios, strict=True)]
+    yield merge_channels(results, names)
+
+
+async def in_time_order(
+    streams: list[AsyncIterator[SegmentResult]], keep: Callable[[int, SegmentResult], None]
+) -> AsyncIterator[Segment]:
+    """Every channel's parts, read at once (`keep` sees each as it comes); their segments
+    in time order (channel order on a tie), each as soon as no channel can still produce
+    an earlier one. A channel that fails fails the whole; the others are cancelled."""
+    queue: asyncio.Queue[tuple[int, SegmentResult | Exception | None]] = asyncio.Queue()
+
+    async def pump(channel: int, stream: AsyncIterator[SegmentResult]) -> None:
+        try:
+            async for part in stream:
+                await queue.put((channel, part))
+            await queue.put((channel, None))
+        except Exception as exc:
+            await queue.put((channel, exc))
+
+    tasks = [asyncio.create_task(pump(c, s)) for c, s in enumerate(streams)]
+    frontier = [0.0] * len(streams)  # where each channel's next segment starts, at least
+    heap: list[tuple[float, int, int, Segment]] = []
+    order = itertools.count()
+    try:
+        while not all(math.isinf(f) for f in frontier):
+            channel, item = await queue.get()
+            if isinstance(item, Exception):
+                raise item
+            if item is None:
+                frontier[channel] = math.inf
+            else:
+                keep(channel, item)
+                frontier[channel] = item.span.end_s
+                for s in item.segments:
+                    heapq.heappush(heap, (s.start, channel, next(order), s))
+            while heap and heap[0][0] <= min(frontier):
+                yield heapq.heappop(heap)[3]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def tag(segments: list[Segment], channel: int, name: str) -> None:
+    for segment in segments:
+        segment.channel, segment.speaker = channel, name
+        for word in segment.words:
+            word.channel = channel
 
 
 def merge_channels(results: list[Transcript], names: list[str]) -> Transcript:
     """One transcript in time order: every segment tagged with its channel and name."""
     segments: list[Segment] = []
     for channel, result in enumerate(results):
-        for segment in result.segments:
-            segment.channel, segment.speaker = channel, names[channel]
-            for word in segment.words:
-                word.channel = channel
-            segments.append(segment)
+        tag(result.segments, channel, names[channel])
+        segments.extend(result.segments)
     segments.sort(key=lambda s: (s.start, s.channel or 0))
     languages = list(dict.fromkeys(code for r in results for code in r.languages))
     usages = [r.usage for r in results]
