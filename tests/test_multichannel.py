@@ -168,3 +168,22 @@ def test_the_live_echo_gate_cuts_as_the_upload_gate_across_any_messages() -> Non
     live = np.concatenate([*pieces, gate.rest()])
     assert np.array_equal(live, whole)
     assert np.count_nonzero(whole[:, 1] == 0) > np.count_nonzero(tracks[1] == 0) + RATE  # echo cut
+
+
+def test_on_qwen_each_turn_is_placed_in_time(qwen_settings: Any) -> None:
+    """Qwen (the tiny random checkpoint: its words are noise, its times are not) gives a
+    segment no times inside; each channel is then cut at every turn, so each turn's segment
+    starts where the turn does and the channels interleave: agent, customer, agent, customer
+    (one 30 s window per channel would put both first segments at 0)."""
+    audio, starts = call()
+    with live_server(create_app(qwen_settings())) as srv:
+        body = client(srv).audio.transcriptions.create(
+            model="m",
+            file=("call.wav", audio),
+            response_format="verbose_json",
+            extra_body={"multichannel": "true", "channel_names": NAMES},
+        )
+    segments: list[Any] = body.segments or []
+    assert [s.channel for s in segments] == [0, 1, 0, 1], segments
+    for segment, start in zip(segments, starts, strict=True):
+        assert abs(segment.start - start) < 0.4, (segment.start, start)

@@ -107,3 +107,39 @@ class Segmenter:
         pauses = [r for r in runs if r[1] * FRAME >= rules.min_pause_s * SAMPLE_RATE]
         first, frames = pauses[-1] if pauses else max(runs, key=lambda r: r[1])
         return int((first + frames / 2) * FRAME)
+
+
+TURN_PAUSE_S = 0.6  # on a channel with one speaker, a pause this long ends a turn
+TURN_PAD_S = 0.2  # kept around each turn, so its first and last sounds are whole
+
+
+def speech_turns(
+    probs: np.ndarray, total: int, pause_s: float = TURN_PAUSE_S, pad_s: float = TURN_PAD_S
+) -> list[Span]:
+    """The speech of one voice as turns: runs of speech frames (VAD `probs` per FRAME)
+    joined across pauses shorter than `pause_s`, each padded by `pad_s`, within `total`
+    samples. A multichannel call's channel is cut at every turn, so engines that give a
+    segment no times inside (Qwen without an aligner) still place each turn in time."""
+    voiced = np.flatnonzero(probs >= SPEECH_THRESHOLD)
+    if not len(voiced):
+        return []
+    gap = int(pause_s * SAMPLE_RATE / FRAME)
+    breaks = np.flatnonzero(np.diff(voiced) > gap + 1)
+    firsts = [voiced[0], *voiced[breaks + 1]]
+    lasts = [*voiced[breaks], voiced[-1]]
+    pad = int(pad_s * SAMPLE_RATE)
+    return [
+        Span(max(0, int(a) * FRAME - pad), min(total, (int(b) + 1) * FRAME + pad))
+        for a, b in zip(firsts, lasts, strict=True)
+    ]
+
+
+def speech_onset(probs: np.ndarray, start_s: float, end_s: float) -> float:
+    """Where speech starts in [start_s, end_s) by voice detection (`probs` per FRAME), less
+    a little (TURN_PAD_S); `start_s` when it holds none. A decoder may start a window's
+    first segment at the window's start, though the speech starts seconds later."""
+    first, last = int(start_s * SAMPLE_RATE) // FRAME, int(end_s * SAMPLE_RATE) // FRAME + 1
+    voiced = np.flatnonzero(probs[first:last] >= SPEECH_THRESHOLD)
+    if not len(voiced):
+        return start_s
+    return max(start_s, (first + int(voiced[0])) * FRAME / SAMPLE_RATE - TURN_PAD_S)

@@ -4,6 +4,12 @@ never decoded), after the faint echo of the other side is silenced (`audio/chann
 then the channels' segments are merged into one timeline by start time. Segments and words
 carry their channel; a segment's speaker is the channel's name.
 
+The merge orders by time, so segments must be placed well. On an engine whose segments
+have no times of their own (Qwen: a window's segment starts where the window starts), each
+channel is cut at every turn (voice detection, `speech_turns`). Whisper's windows keep their
+context (and its accuracy); a segment's start is moved to where voice detection hears its
+speech start, as whisper may start a window's first segment at the window's start.
+
 Streamed (`stream_channels`), a segment is sent as soon as no channel can still produce an
 earlier one: each channel's parts come in order, and a channel's next part starts after its
 last part's span, so a segment starting before every channel's last span end is final."""
@@ -14,10 +20,14 @@ import asyncio
 import heapq
 import itertools
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+
+import numpy as np
 
 from ..audio.channels import without_echo
 from ..audio.decode import Audio
+from ..audio.segmentation import Span, speech_onset, speech_turns
 from ..errors import BadRequestError
 from ..text import join_texts
 from ..transcript import Segment, TokenUsage, Transcript
@@ -48,9 +58,10 @@ async def cleaned(tracks: list[Audio]) -> list[Audio]:
 async def transcribe_channels(
     transcriber: Transcriber, tracks: list[Audio], options: Options, names: list[str]
 ) -> Transcript:
-    audios = await cleaned(tracks)
-    results = await asyncio.gather(*(transcriber.transcribe(a, options) for a in audios))
-    return merge_channels(list(results), names)
+    async for item in stream_channels(transcriber, tracks, options, names):
+        if isinstance(item, Transcript):
+            return item
+    raise AssertionError("stream_channels ends with the merged call")
 
 
 async def stream_channels(
@@ -59,12 +70,23 @@ async def stream_channels(
     """Each segment, tagged, in time order as soon as it is final; then the merged call."""
     audios = await cleaned(tracks)
     parts: list[list[SegmentResult]] = [[] for _ in audios]
+    vad = transcriber.segmenter.vad
+    async with transcriber.manager.use() as engine:
+        by_turn = engine.word_timestamps != "native" and vad is not None
+    heard: list[np.ndarray] = []  # each channel's speech probabilities, to place segments
+    if vad is not None and not by_turn:
+        heard = await asyncio.to_thread(lambda: [vad.stream().probs(a.samples) for a in audios])
 
     def keep(channel: int, part: SegmentResult) -> None:
         tag(part.segments, channel, names[channel])
+        for segment in part.segments if heard else []:
+            onset = speech_onset(heard[channel], segment.start, segment.end)
+            segment.start = min([onset, *(w.start for w in segment.words[:1])])
         parts[channel].append(part)
 
-    async for segment in in_time_order([transcriber.stream(a, options) for a in audios], keep):
+    streams = [turns(transcriber, a, options) if by_turn else transcriber.stream(a, options)
+               for a in audios]  # fmt: skip
+    async for segment in in_time_order(streams, keep):
         yield segment
     language = options.request.language
     results = [merge(p, a, language) for p, a in zip(parts, audios, strict=True)]
@@ -109,6 +131,43 @@ async def in_time_order(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def turns(
+    transcriber: Transcriber, audio: Audio, options: Options
+) -> AsyncIterator[SegmentResult]:
+    """One channel cut at every turn, each turn transcribed alone (a few in flight, so
+    they share decode steps), as parts in order on the call's timeline."""
+    vad = transcriber.segmenter.vad
+    assert vad is not None
+    probs = await asyncio.to_thread(lambda: vad.stream().probs(audio.samples))
+    spans = speech_turns(probs, len(audio.samples))
+    window: deque[tuple[int, Span, asyncio.Task[Transcript]]] = deque()
+    size = transcriber.settings.max_batch_size + 1
+    try:
+        for index, span in enumerate(spans):
+            turn = Audio(audio.samples[span.start : span.end], audio.source_rate)
+            window.append((index, span, asyncio.create_task(transcriber.transcribe(turn, options))))
+            while len(window) >= size or (window and index == len(spans) - 1):
+                first, at, task = window.popleft()
+                yield placed(first, at, await task)
+    finally:
+        for _, _, task in window:
+            task.cancel()
+        await asyncio.gather(*(task for _, _, task in window), return_exceptions=True)
+
+
+def placed(index: int, span: Span, result: Transcript) -> SegmentResult:
+    """A turn's transcript moved to where the turn is in the call."""
+    offset = span.start_s
+    for segment in result.segments:
+        segment.start, segment.end = segment.start + offset, segment.end + offset
+        for word in segment.words:
+            word.start, word.end = word.start + offset, word.end + offset
+    return SegmentResult(
+        index, span, result.text, result.language, result.segments, result.engine_seconds,
+        result.job_seconds, result.word_source, result.logprobs, result.usage,
+    )  # fmt: skip
 
 
 def tag(segments: list[Segment], channel: int, name: str) -> None:
