@@ -130,6 +130,30 @@ def test_rows_that_join_and_leave_mid_decode_equal_alone(
         same(result, generate.transcribe(request))
 
 
+def test_rows_taken_together_are_prefilled_in_one_padded_forward_and_equal_alone(
+    generate: QwenEngine, tiny_qwen_dir: Path
+) -> None:
+    """Seven rows of different lengths and options taken at once: one prefill forward,
+    left-padded, each row's keys and values copied past its padding. Each equals `generate`
+    alone (the padding changes nothing a row sees)."""
+    wide = engine(tiny_qwen_dir, "steps", rows=8)
+    assert wide._decoder is not None
+    forwards: list[int] = []
+    fill = wide._decoder._fill
+    wide._decoder._fill = lambda rows, inputs=None: (
+        forwards.append(len(rows)),
+        fill(rows, inputs),
+    )[1]  # type: ignore[method-assign]
+    try:
+        items = requests()
+        results = wide.transcribe_batch(items)
+    finally:
+        wide.unload()
+    assert forwards == [len(items)]
+    for result, request in zip(results, items, strict=True):
+        same(result, generate.transcribe(request))
+
+
 def test_a_row_whose_caller_left_leaves_at_the_next_step(steps: QwenEngine) -> None:
     items = requests()[:3]
     alone = [steps.transcribe(r) for r in items]

@@ -30,7 +30,7 @@ from .qwen_load import (
     load_hint,
     quantize_int8,
 )
-from .qwen_loop import ListSource, run_rows
+from .qwen_loop import Joining, ListSource, run_rows
 from .qwen_rows import Decoder, Row, padded, prompt_for
 from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
 from .status import EngineStatus
@@ -240,19 +240,27 @@ class QwenEngine:
         headers = header_ids(self._model.processor.tokenizer, names) if names else None
         return RowSpec(budget, headers, request.logprobs)
 
-    def _join(
-        self, handle: object, request: TranscribeRequest, should_stop: ShouldStop
-    ) -> Row | TranscribeResult:
-        """A row prefilled into the step loop; one too long for the static cache is decoded
-        alone by `generate` instead (answered at once)."""
+    def _join(self, joining: Joining) -> list[Row | TranscribeResult | Exception]:
+        """Rows prefilled together into the step loop (a bad input fails only its row);
+        one too long for the static cache is decoded alone by `generate` (answered)."""
         assert self._model is not None and self._decoder is not None
-        prompt, forced = prompt_for(self._model, request)
-        row = Row(handle, request, self._spec(request), forced)
-        if self._decoder.prefill(row, prompt):
-            return row
-        tokens = row.record.input_tokens + row.spec.budget
-        logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: decoded alone", tokens)
-        return self._generated([request], should_stop)[0]
+        out: list[Row | TranscribeResult | Exception] = []
+        rows: list[tuple[Row, str]] = []
+        for handle, request, _ in joining:
+            try:
+                prompt, forced = prompt_for(self._model, request)
+                rows.append((Row(handle, request, self._spec(request), forced), prompt))
+                out.append(rows[-1][0])
+            except Exception as exc:
+                out.append(exc)
+        fitted = iter(self._decoder.prefill(rows))
+        for i, (_, request, should_stop) in enumerate(joining):
+            row = out[i]
+            if isinstance(row, Row) and not next(fitted):
+                tokens = row.record.input_tokens + row.spec.budget
+                logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: alone", tokens)
+                out[i] = self._generated([request], should_stop)[0]
+        return out
 
     def _finish(self, row: Row) -> TranscribeResult:
         from qwen_asr.inference.utils import parse_asr_output

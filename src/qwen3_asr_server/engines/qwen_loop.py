@@ -1,11 +1,12 @@
 """The decode loop of the Qwen engine's step path: rows from a RowSource join between steps
-(prefilled alone), leave at their end token or budget, or when nobody waits for them any
-more, and each is answered the moment it ends, not when the whole batch does."""
+(the rows taken together are prefilled together), leave at their end token or budget, or
+when nobody waits for them any more, and each is answered the moment it ends, not when the
+whole batch does."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .base import (
     JobCancelledError,
@@ -16,15 +17,18 @@ from .base import (
 )
 from .qwen_rows import Decoder, Row
 
-Join = Callable[[object, TranscribeRequest, ShouldStop], "Row | TranscribeResult"]
+Joining = list[tuple[object, TranscribeRequest, ShouldStop]]
+# prefills the rows taken together; each is a Row, or answered another way, or its error
+Join = Callable[[Joining], "Sequence[Row | TranscribeResult | Exception]"]
 
 
 def run_rows(
     decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
 ) -> None:
-    """Until the source has no row left. `join` prefills a row (or answers it another way:
-    a result); `finish` turns an ended row into its answer. If the source itself fails,
-    the rows in flight are dropped (the cache is left empty for the next call)."""
+    """Until the source has no row left. `join` prefills the rows taken together (or
+    answers one another way: a result, or its error); `finish` turns an ended row into its
+    answer. If the source itself fails, the rows in flight are dropped (the cache is left
+    empty for the next call)."""
     try:
         loop(decoder, source, join, finish)
     except BaseException:
@@ -37,16 +41,21 @@ def loop(
 ) -> None:
     while True:
         answer(decoder, source, finish)  # rows that ended in the last step, or were left
-        took = False
-        for handle, request in source.take(decoder.free) if decoder.free else []:
-            took = True
+        taken = source.take(decoder.free) if decoder.free else []
+        took = bool(taken)
+        if taken:
+            joining: Joining = [(h, r, functools.partial(source.gone, h)) for h, r in taken]
             try:
-                joined = join(handle, request, functools.partial(source.gone, handle))
-            except Exception as exc:  # this row's input: only this row fails
-                source.done(handle, None, exc)
-                continue
-            if isinstance(joined, TranscribeResult):
-                source.done(handle, joined, None)
+                joined = join(joining)
+            except Exception as exc:  # the prefill itself failed: the rows taken hear why
+                failed = {id(h) for h, _ in taken}
+                decoder.leave(lambda r, failed=failed: id(r.handle) in failed)  # type: ignore[misc]
+                joined = [exc] * len(taken)
+            for (handle, _), outcome in zip(taken, joined, strict=True):
+                if isinstance(outcome, Exception):
+                    source.done(handle, None, outcome)
+                elif isinstance(outcome, TranscribeResult):
+                    source.done(handle, outcome, None)
         answer(decoder, source, finish)  # rows that ended at their first token
         if not decoder.rows:
             if took:

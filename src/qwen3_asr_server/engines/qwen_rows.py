@@ -98,30 +98,54 @@ class Decoder:
     def fits(self, row: Row, prompt_tokens: int) -> bool:
         return prompt_tokens + row.spec.budget + self.sync_every <= self.cache.length
 
-    def prefill(self, row: Row, prompt: str) -> bool:
-        """Run the row's prompt alone through the model, keep its keys and values in the
-        next slot, and choose its first token. False: it does not fit in the cache."""
+    def prefill(self, rows: list[tuple[Row, str]]) -> list[bool]:
+        """Run the rows' prompts through the model in one padded forward (left padding:
+        each row's positions count from its first real token, its attention never sees
+        the padding), keep each row's keys and values in the next free slot, and choose
+        its first token. False for a row that does not fit in the cache (not prefilled)."""
+        if not rows:
+            return []
+        inputs = self._inputs(rows)
+        real = inputs["attention_mask"].sum(1).tolist()
+        audio_token = self.thinker.config.audio_token_id
+        audio = (inputs["input_ids"] == audio_token).sum(1).tolist()
+        fits = []
+        for i, (row, _) in enumerate(rows):
+            row.record.input_tokens, row.record.audio_tokens = int(real[i]), int(audio[i])
+            fits.append(self.fits(row, int(real[i])))
+        if all(fits):
+            self._fill(rows, inputs)
+        else:  # (rare) a prompt too long for the cache: the others again, without it
+            self._fill([pair for pair, ok in zip(rows, fits, strict=True) if ok])
+        return fits
+
+    def _inputs(self, rows: list[tuple[Row, str]]) -> Any:
+        inputs = self.sdk.processor(
+            text=[p for _, p in rows],
+            audio=[padded(r.request.audio) for r, _ in rows],
+            return_tensors="pt",
+            padding=True,
+        )
+        return inputs.to(self.device).to(self.thinker.dtype)
+
+    def _fill(self, rows: list[tuple[Row, str]], inputs: Any = None) -> None:
         import torch
 
-        processor = self.sdk.processor
-        inputs = processor(
-            text=[prompt], audio=[padded(row.request.audio)], return_tensors="pt", padding=True
-        )
-        inputs = inputs.to(self.device).to(self.thinker.dtype)
-        ids = inputs["input_ids"]
-        audio_token = self.thinker.config.audio_token_id
-        row.record.input_tokens = int(ids.shape[1])
-        row.record.audio_tokens = int((ids[0] == audio_token).sum())
-        if not self.fits(row, int(ids.shape[1])):
-            return False
+        if not rows:
+            return
+        inputs = inputs if inputs is not None else self._inputs(rows)
         started = time.perf_counter()
         with torch.inference_mode():
             out = self.thinker(**inputs, use_cache=True)
-        row.length = self.cache.fill(len(self.rows), out.past_key_values)
-        self.rows.append(row)
-        self._choose([row], out.logits[:, -1])
-        row.seconds += time.perf_counter() - started
-        return True
+        width = int(inputs["attention_mask"].shape[1])
+        for i, (row, _) in enumerate(rows):
+            pad = width - int(inputs["attention_mask"][i].sum())
+            row.length = self.cache.fill(len(self.rows), out.past_key_values, i, pad)
+            self.rows.append(row)
+        self._choose([r for r, _ in rows], out.logits[:, -1])
+        share = (time.perf_counter() - started) / len(rows)
+        for row, _ in rows:
+            row.seconds += share
 
     def step(self) -> None:
         """`sync_every` steps (one while a header is restricted); tokens read back once."""
