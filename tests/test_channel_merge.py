@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import numpy as np
 import pytest
 
 from qwen3_asr_server.audio.segmentation import Span
@@ -87,3 +88,28 @@ async def test_a_failing_channel_fails_the_merge_and_stops_the_other() -> None:
         async for _ in in_time_order([fails(), endless()], lambda c, p: None):
             pass
     assert stopped.is_set()
+
+
+def test_a_channel_is_cut_into_turns_at_pauses_of_0_6_s() -> None:
+    from qwen3_asr_server.audio.segmentation import speech_turns
+    from qwen3_asr_server.audio.vad import FRAME
+
+    probs = np.zeros(100, np.float32)
+    probs[0:11] = probs[16:31] = 0.9  # a 5-frame (0.16 s) gap: one turn
+    probs[71:81] = 0.9  # after 40 frames (1.28 s): another
+    turns = speech_turns(probs, total=100 * FRAME)
+    pad = int(0.2 * RATE)
+    assert turns == [Span(0, 31 * FRAME + pad), Span(71 * FRAME - pad, 81 * FRAME + pad)]
+    assert speech_turns(np.zeros(10, np.float32), 10 * FRAME) == []
+
+
+def test_turns_are_joined_across_pauses_where_no_other_channel_speaks() -> None:
+    from qwen3_asr_server.audio.segmentation import joined_turns
+
+    def s(a: float, b: float) -> Span:
+        return Span(int(a * RATE), int(b * RATE))
+
+    mine = [s(0, 1), s(3, 4), s(6, 7)]
+    assert joined_turns(mine, [s(4.5, 5.5)]) == [s(0, 4), s(6, 7)]  # the other spoke at 4.5
+    assert joined_turns(mine, [s(0.5, 2.5)]) == [s(0, 1), s(3, 7)]  # a cut-in counts too
+    assert joined_turns(mine, []) == [s(0, 7)]

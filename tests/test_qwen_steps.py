@@ -238,9 +238,11 @@ def test_cuda_graphs_decode_as_the_eager_step_and_free_everything(tiny_qwen_dir:
     import torch
 
     results = {}
+    # float32: on the H100 in bf16, a graph (rows padded to its bucket) and the eager step
+    # differed in the last bits, enough to flip a near tie of the random weights' argmax
     for graphs in ("auto", "off"):
         e = QwenEngine(str(tiny_qwen_dir), device="cuda", max_new_tokens=MAX_NEW, rows=3,
-                       graphs=graphs)  # fmt: skip
+                       graphs=graphs, dtype="float32")  # fmt: skip
         e.load()
         source = Recorder(requests(), per_take=1)
         e.decode_rows(source)

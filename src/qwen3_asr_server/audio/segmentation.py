@@ -143,3 +143,15 @@ def speech_onset(probs: np.ndarray, start_s: float, end_s: float) -> float:
     if not len(voiced):
         return start_s
     return max(start_s, (first + int(voiced[0])) * FRAME / SAMPLE_RATE - TURN_PAD_S)
+
+
+def joined_turns(turns: list[Span], others: list[Span]) -> list[Span]:
+    """A channel's turns joined across each pause in which no other channel speaks
+    (`others`: their turns): only the other side's words need a cut to fall between."""
+    joined: list[Span] = []
+    for turn in turns:
+        if joined and not any(o.start < turn.start and o.end > joined[-1].end for o in others):
+            joined[-1] = Span(joined[-1].start, turn.end)
+        else:
+            joined.append(turn)
+    return joined

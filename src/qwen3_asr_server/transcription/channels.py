@@ -6,7 +6,8 @@ carry their channel; a segment's speaker is the channel's name.
 
 The merge orders by time, so segments must be placed well. On an engine whose segments
 have no times of their own (Qwen: a window's segment starts where the window starts), each
-channel is cut at every turn (voice detection, `speech_turns`). Whisper's windows keep their
+channel is cut at its turns (voice detection, `speech_turns`), joined across the pauses in
+which no other channel speaks (`joined_turns`: no cut is needed there). Whisper's windows keep their
 context (and its accuracy); a segment's start is moved to where voice detection hears its
 speech start, as whisper may start a window's first segment at the window's start.
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..audio.channels import without_echo
 from ..audio.decode import Audio
-from ..audio.segmentation import Span, speech_onset, speech_turns
+from ..audio.segmentation import Span, joined_turns, speech_onset, speech_turns
 from ..errors import BadRequestError
 from ..text import join_texts
 from ..transcript import Segment, TokenUsage, Transcript
@@ -73,19 +74,25 @@ async def stream_channels(
     vad = transcriber.segmenter.vad
     async with transcriber.manager.use() as engine:
         by_turn = engine.word_timestamps != "native" and vad is not None
-    heard: list[np.ndarray] = []  # each channel's speech probabilities, to place segments
-    if vad is not None and not by_turn:
+    heard: list[np.ndarray] = []  # each channel's speech probabilities
+    if vad is not None:
         heard = await asyncio.to_thread(lambda: [vad.stream().probs(a.samples) for a in audios])
+    spans = [speech_turns(p, len(a.samples)) for p, a in zip(heard, audios, strict=False)]
 
     def keep(channel: int, part: SegmentResult) -> None:
         tag(part.segments, channel, names[channel])
-        for segment in part.segments if heard else []:
+        for segment in part.segments if heard and not by_turn else []:
             onset = speech_onset(heard[channel], segment.start, segment.end)
             segment.start = min([onset, *(w.start for w in segment.words[:1])])
         parts[channel].append(part)
 
-    streams = [turns(transcriber, a, options) if by_turn else transcriber.stream(a, options)
-               for a in audios]  # fmt: skip
+    def channel_parts(c: int) -> AsyncIterator[SegmentResult]:
+        if not by_turn:
+            return transcriber.stream(audios[c], options)
+        others = [s for o, spans_o in enumerate(spans) if o != c for s in spans_o]
+        return turns(transcriber, audios[c], joined_turns(spans[c], others), options)
+
+    streams = [channel_parts(c) for c in range(len(audios))]
     async for segment in in_time_order(streams, keep):
         yield segment
     language = options.request.language
@@ -134,14 +141,10 @@ async def in_time_order(
 
 
 async def turns(
-    transcriber: Transcriber, audio: Audio, options: Options
+    transcriber: Transcriber, audio: Audio, spans: list[Span], options: Options
 ) -> AsyncIterator[SegmentResult]:
-    """One channel cut at every turn, each turn transcribed alone (a few in flight, so
+    """One channel cut at its turns, each turn transcribed alone (a few in flight, so
     they share decode steps), as parts in order on the call's timeline."""
-    vad = transcriber.segmenter.vad
-    assert vad is not None
-    probs = await asyncio.to_thread(lambda: vad.stream().probs(audio.samples))
-    spans = speech_turns(probs, len(audio.samples))
     window: deque[tuple[int, Span, asyncio.Task[Transcript]]] = deque()
     size = transcriber.settings.max_batch_size + 1
     try:
