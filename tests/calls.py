@@ -1,19 +1,48 @@
 """A two-sided call for the multichannel tests (issue 44): one speaker per channel, built
-from the repo's voices (espeak-ng sentences)."""
+from the repo's voices: the turns of espeak-ng voices m3 (the agent) and f4 (the customer)
+in tests/data/speech/meeting.wav that overlap no other voice (meeting.json says who spoke
+when, and what; scripts/make_speech_fixtures.py --speakers)."""
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 
 import numpy as np
 import soundfile as sf
 
-from streaming_client import load
+import speech
 
 RATE = 16000
-AGENT = ["sentence_01.wav", "sentence_03.wav"]
-CUSTOMER = ["sentence_02.wav", "sentence_04.wav"]
+AGENT = ["meeting:0", "meeting:6"]  # voice m3
+CUSTOMER = ["meeting:1", "meeting:7"]  # voice f4
 NAMES = ["agent", "customer"]
+MARGIN_S = 0.1  # kept around a turn; the next voice is 0.7 s away
+
+
+@functools.cache
+def _meeting() -> tuple[np.ndarray, list[dict[str, object]]]:
+    audio, rate = sf.read(speech.path("meeting.wav"), dtype="float32")
+    assert rate == RATE
+    return audio, json.loads(speech.path("meeting.json").read_text())
+
+
+def clip(name: str) -> np.ndarray:
+    """One turn of meeting.wav, alone."""
+    audio, turns = _meeting()
+    turn = turns[int(name.split(":")[1])]
+    start, end = float(turn["start"]) - MARGIN_S, float(turn["end"]) + MARGIN_S  # type: ignore[arg-type]
+    return audio[int(start * RATE) : int(end * RATE)].copy()
+
+
+def said(name: str) -> str:
+    """What was said in that turn."""
+    return str(_meeting()[1][int(name.split(":")[1])]["text"])
+
+
+def reference(names: list[str]) -> str:
+    return " ".join(said(n) for n in names)
 
 
 def call_tracks(echo_db: float | None = None) -> tuple[np.ndarray, list[float]]:
@@ -21,17 +50,17 @@ def call_tracks(echo_db: float | None = None) -> tuple[np.ndarray, list[float]]:
     customer; with `echo_db`, each side's copy that much quieter on the other channel.
     Returns (2, samples) float32 tracks and each turn's start (s)."""
     turns = [(0, AGENT[0]), (1, CUSTOMER[0]), (0, AGENT[1]), (1, CUSTOMER[1])]
-    clips = [(ch, load(name)) for ch, name in turns]
+    clips = [(ch, clip(name)) for ch, name in turns]  # (channel, audio)
     starts, at = [], 0.5
-    for i, (_, clip) in enumerate(clips):
+    for i, (_, audio) in enumerate(clips):
         starts.append(at)
         overlap = 0.4 if i == 0 else -0.8  # the customer cuts in; then pauses between turns
-        at += len(clip) / RATE - overlap
+        at += len(audio) / RATE - overlap
     total = int((at + 1.5) * RATE)
     tracks = np.zeros((2, total), np.float32)
-    for (ch, clip), start in zip(clips, starts, strict=True):
+    for (ch, audio), start in zip(clips, starts, strict=True):
         s = int(start * RATE)
-        tracks[ch, s : s + len(clip)] += clip
+        tracks[ch, s : s + len(audio)] += audio
     if echo_db is not None:
         gain = 10 ** (-echo_db / 20)
         tracks = tracks + gain * tracks[::-1]

@@ -15,13 +15,11 @@ import openai
 import pytest
 import soundfile as sf
 
-import speech
-from calls import AGENT, CUSTOMER, NAMES, RATE, call, call_tracks
+from calls import AGENT, CUSTOMER, NAMES, RATE, call, call_tracks, clip, reference
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio.channels import EchoGate, without_echo
 from server import LiveServer, live_server
-from streaming_client import load
 from wer import normalize, wer
 
 pytestmark = pytest.mark.slow
@@ -35,10 +33,6 @@ def server() -> Iterator[LiveServer]:
 
 def client(srv: LiveServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
-
-
-def reference(names: list[str]) -> str:
-    return " ".join(speech.transcripts()[n] for n in names)
 
 
 def mono_wer(srv: LiveServer, channel: int) -> float:
@@ -113,7 +107,7 @@ def test_the_stream_sends_segments_in_time_order_then_done(server: LiveServer) -
 
 def mono_wav() -> bytes:
     buf = io.BytesIO()
-    sf.write(buf, load(AGENT[0]), RATE, format="WAV")
+    sf.write(buf, clip(AGENT[0]), RATE, format="WAV")
     return buf.getvalue()
 
 

@@ -130,12 +130,13 @@ def test_rows_that_join_and_leave_mid_decode_equal_alone(
         same(result, generate.transcribe(request))
 
 
-def test_rows_taken_together_are_prefilled_in_one_padded_forward_and_equal_alone(
+def test_rows_taken_together_are_prefilled_in_padded_forwards_and_equal_alone(
     generate: QwenEngine, tiny_qwen_dir: Path
 ) -> None:
-    """Seven rows of different lengths and options taken at once: one prefill forward,
-    left-padded, each row's keys and values copied past its padding. Each equals `generate`
-    alone (the padding changes nothing a row sees)."""
+    """Seven rows of different lengths and options taken at once: a left-padded prefill
+    forward per group of similar lengths (0.2 to 1.5 s; 3 to 6 s), each row's keys and
+    values copied past its padding. Each equals `generate` alone (the padding changes
+    nothing a row sees)."""
     wide = engine(tiny_qwen_dir, "steps", rows=8)
     assert wide._decoder is not None
     forwards: list[int] = []
@@ -149,7 +150,7 @@ def test_rows_taken_together_are_prefilled_in_one_padded_forward_and_equal_alone
         results = wide.transcribe_batch(items)
     finally:
         wide.unload()
-    assert forwards == [len(items)]
+    assert sorted(forwards) == [3, 4]
     for result, request in zip(results, items, strict=True):
         same(result, generate.transcribe(request))
 
@@ -263,3 +264,16 @@ def test_a_failing_caller_check_leaves_the_cache_empty(steps: QwenEngine) -> Non
         steps.transcribe(requests()[0], explode)
     assert steps._decoder is not None and steps._decoder.rows == []
     same(steps.transcribe(requests()[1]), steps.transcribe(requests()[1]))
+
+
+def test_prefill_groups_keep_lengths_alike_and_forwards_bounded() -> None:
+    from qwen3_asr_server.engines.qwen_generate import PREFILL_SAMPLES, prefill_groups
+
+    second = 16000
+    lengths = [30 * second, 2 * second, 3 * second, 29 * second, second // 2]
+    groups = prefill_groups(lengths)
+    assert sorted(map(sorted, groups)) == [[0, 3], [1, 4], [2]]  # a 0.5 s row never beside 30 s
+    many = [30 * second] * 20
+    chunks = prefill_groups(many)
+    assert sum(map(len, chunks)) == 20
+    assert all(len(c) * 30 * second <= PREFILL_SAMPLES for c in chunks) and len(chunks) == 3

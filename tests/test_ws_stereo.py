@@ -2,7 +2,8 @@
 s16le or G.711 at 8 kHz as FreeSWITCH's stereo audio fork sends them. Each channel has its
 own voice detection and finals, every message about a channel carries `channel`, a flush
 finalises both, and a stereo stream takes a seat per channel. Whisper, real speech, a real
-server; the call is tests/calls.py's (one speaker per channel, turns with an overlap)."""
+server; the call is tests/calls.py's (two espeak-ng voices, one per channel, turns with an
+overlap)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,12 @@ import numpy as np
 import pytest
 import soxr
 
-import speech
-from calls import AGENT, CUSTOMER, RATE, call_tracks
+from calls import AGENT, CUSTOMER, RATE, call_tracks, clip, reference, said
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio import g711
 from server import LiveServer, live_server
-from streaming_client import Collector, load, open_ws, pcm16
+from streaming_client import Collector, open_ws, pcm16
 from wer import normalize, wer
 
 pytestmark = pytest.mark.slow
@@ -33,10 +33,6 @@ SIDES = (AGENT, CUSTOMER)
 def server() -> Iterator[LiveServer]:
     with live_server(create_app(whisper_settings(ws_max_sessions=3))) as srv:
         yield srv
-
-
-def reference(names: list[str]) -> str:
-    return " ".join(speech.transcripts()[n] for n in names)
 
 
 def finals(collector: Collector, channel: int | None) -> list[str]:
@@ -93,7 +89,7 @@ def test_a_stereo_pcm_call_with_echo_keeps_each_voice_on_its_channel(server: Liv
         score = wer([reference(names)], [" ".join(heard)])
         assert score <= control + 0.05, (channel, heard, control)
         # in order: the channel's first final starts with its first sentence's words
-        first = normalize(speech.transcripts()[names[0]]).split()[:2]
+        first = normalize(said(names[0])).split()[:2]
         assert normalize(heard[0]).split()[:2] == first, heard
 
 
@@ -102,10 +98,10 @@ def test_a_mulaw_stereo_stream_flush_finalises_both_channels(server: LiveServer)
     once up to the end of the audio, with no silence after. Only the flush can end those
     last utterances; it gives each channel its final, with that channel's words."""
     turns, starts = call_tracks()
-    tails = [load(AGENT[1]), load(CUSTOMER[1])]
+    tails = [clip(AGENT[1]), clip(CUSTOMER[1])]
     tail = np.zeros((2, max(map(len, tails))), np.float32)
-    for channel, clip in enumerate(tails):
-        tail[channel, : len(clip)] = clip
+    for channel, turn in enumerate(tails):
+        tail[channel, : len(turn)] = turn
     cut = int(starts[2] * RATE)  # the first two turns and the 0.8 s pause after them
     tracks = np.concatenate([turns[:, :cut], tail], axis=1)
     narrow = soxr.resample(tracks.T, RATE, 8000)
@@ -113,12 +109,12 @@ def test_a_mulaw_stereo_stream_flush_finalises_both_channels(server: LiveServer)
     query = {"channels": "2", "sample_rate": "8000", "encoding": "mulaw"}
     _, collector, flushed = session(server, data, 1601, ["flush", "reset"], **query)
     for channel, names in enumerate(SIDES):
-        said = finals(collector, channel)
-        assert said[-1] == ""  # the reset's: nothing was left after the flush
-        last = said[-2]  # the flush's final: the words both sides were saying
-        assert wer([speech.transcripts()[names[1]]], [last]) <= 0.5, (channel, said)
+        texts = finals(collector, channel)
+        assert texts[-1] == ""  # the reset's: nothing was left after the flush
+        last = texts[-2]  # the flush's final: the words both sides were saying
+        assert wer([said(names[1])], [last]) <= 0.5, (channel, texts)
         other = SIDES[1 - channel][1]
-        assert wer([speech.transcripts()[other]], [last]) >= 0.8  # not the other side's
+        assert wer([said(other)], [last]) >= 0.8  # not the other side's
         arrived = [t for t, m in collector.messages if m.get("text") == last]
         assert arrived[-1] > flushed
 

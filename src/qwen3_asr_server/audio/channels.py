@@ -170,6 +170,7 @@ class EchoGate:
     def rest(self) -> np.ndarray:
         """The incomplete frame, ungated (a flush or the end of the stream)."""
         rest, self._held = self._held, self._held[:0]
+        self._past = np.concatenate([self._past, rest])[-MAX_LAG:]
         return rest
 
 

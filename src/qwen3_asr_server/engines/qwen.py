@@ -20,7 +20,7 @@ from .base import (
     TranscribeResult,
     never_stop,
 )
-from .qwen_generate import duration_groups, generate, warn_budget
+from .qwen_generate import duration_groups, generate, prefill_groups, warn_budget
 from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
 from .qwen_load import (
     choose_attention,
@@ -253,13 +253,20 @@ class QwenEngine:
                 out.append(rows[-1][0])
             except Exception as exc:
                 out.append(exc)
-        fitted = iter(self._decoder.prefill(rows))
+        fits = [False] * len(rows)
+        for group in prefill_groups([len(r.request.audio) for r, _ in rows]):
+            for i, ok in zip(group, self._decoder.prefill([rows[i] for i in group]), strict=True):
+                fits[i] = ok
+        fitted = iter(fits)
         for i, (_, request, should_stop) in enumerate(joining):
             row = out[i]
             if isinstance(row, Row) and not next(fitted):
                 tokens = row.record.input_tokens + row.spec.budget
                 logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: alone", tokens)
-                out[i] = self._generated([request], should_stop)[0]
+                try:  # its failure is its own
+                    out[i] = self._generated([request], should_stop)[0]
+                except Exception as exc:
+                    out[i] = exc
         return out
 
     def _finish(self, row: Row) -> TranscribeResult:

@@ -53,6 +53,26 @@ def duration_groups(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
+PREFILL_SAMPLES = 256 * SAMPLE_RATE  # padded audio per prefill forward: its logits stay ~1 GB
+
+
+def prefill_groups(lengths: list[int]) -> list[list[int]]:
+    """Rows prefilled together: of similar length (`duration_groups`: a short row padded
+    to a long one's length is what upstream's mixed-length bug, QwenLM/Qwen3-ASR#207, came
+    from), and at most PREFILL_SAMPLES of padded audio per forward (every position's
+    logits come back from the model's forward)."""
+    groups: list[list[int]] = []
+    for group in duration_groups(lengths):
+        chunk: list[int] = []
+        for i in group:  # shortest first
+            if chunk and (len(chunk) + 1) * lengths[i] > PREFILL_SAMPLES:
+                groups.append(chunk)
+                chunk = []
+            chunk.append(i)
+        groups.append(chunk)
+    return groups
+
+
 def warn_budget(request: TranscribeRequest, budget: int) -> None:
     logger.warning(
         "the decode of {:.1f} s of audio hit its budget of {} tokens without an end token "

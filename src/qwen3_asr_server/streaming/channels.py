@@ -27,6 +27,10 @@ class ChannelGroup:
 
     def __post_init__(self) -> None:
         self.gate = EchoGate(len(self.sessions))
+        # feed, release and close take the gate in turn (a shutdown's close may come while
+        # the receive loop feeds): no audio twice, none out of order
+        self._turn = asyncio.Lock()
+        self._closing: asyncio.Future[None] | None = None
 
     @property
     def channels(self) -> int:
@@ -53,11 +57,13 @@ class ChannelGroup:
         """(n, channels) float32 at 16 kHz: column c, echo gated, to channel c's session
         (whole 20 ms frames; the rest waits for the next message or `release`). The gate
         runs off the event loop: ~0.3 ms per 100 ms message when one side speaks."""
-        await self._give(await asyncio.to_thread(self.gate.push, samples))
+        async with self._turn:
+            await self._give(await asyncio.to_thread(self.gate.push, samples))
 
     async def release(self) -> None:
         """Pass on the samples the echo gate holds (before a flush, reset or close)."""
-        await self._give(self.gate.rest())
+        async with self._turn:
+            await self._give(self.gate.rest())
 
     async def _give(self, samples: np.ndarray) -> None:
         if len(samples):
@@ -70,6 +76,12 @@ class ChannelGroup:
             session.configure(**changes)
 
     async def close(self, reason: str) -> None:
-        """Every channel's buffered audio gets its final (see StreamSession.close)."""
+        """Every channel's buffered audio gets its final (see StreamSession.close). Safe to
+        call from two places at once (a disconnect and the server's shutdown)."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close(reason))
+        await asyncio.shield(self._closing)
+
+    async def _close(self, reason: str) -> None:
         await self.release()
         await asyncio.gather(*(s.close(reason) for s in self.sessions))

@@ -25,11 +25,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import numpy as np
+from loguru import logger
 
 from ..audio.channels import without_echo
 from ..audio.decode import Audio
 from ..audio.segmentation import Span, joined_turns, speech_onset, speech_turns
-from ..errors import BadRequestError
+from ..errors import BadRequestError, ModelLoadError
 from ..text import join_texts
 from ..transcript import Segment, TokenUsage, Transcript
 from .long_form import SegmentResult, merge
@@ -73,26 +74,27 @@ async def stream_channels(
     parts: list[list[SegmentResult]] = [[] for _ in audios]
     vad = transcriber.segmenter.vad
     async with transcriber.manager.use() as engine:
-        by_turn = engine.word_timestamps != "native" and vad is not None
+        by_turn = engine.word_timestamps != "native"
     heard: list[np.ndarray] = []  # each channel's speech probabilities
-    if vad is not None:
-        heard = await asyncio.to_thread(lambda: [vad.stream().probs(a.samples) for a in audios])
-    spans = [speech_turns(p, len(a.samples)) for p, a in zip(heard, audios, strict=False)]
+    try:
+        if vad is not None:
+            heard = await asyncio.to_thread(lambda: [vad.stream().probs(a.samples) for a in audios])
+    except ModelLoadError as exc:  # (the vad extra is not installed) cut as a mono file
+        logger.warning("multichannel without voice detection: {}", exc)
+    by_turn = by_turn and bool(heard)
+    plans = await asyncio.to_thread(turn_plans, heard, audios) if by_turn else []
 
     def keep(channel: int, part: SegmentResult) -> None:
         tag(part.segments, channel, names[channel])
-        for segment in part.segments if heard and not by_turn else []:
+        for segment in part.segments if heard and not by_turn else []:  # whisper's windows
             onset = speech_onset(heard[channel], segment.start, segment.end)
             segment.start = min([onset, *(w.start for w in segment.words[:1])])
         parts[channel].append(part)
 
-    def channel_parts(c: int) -> AsyncIterator[SegmentResult]:
-        if not by_turn:
-            return transcriber.stream(audios[c], options)
-        others = [s for o, spans_o in enumerate(spans) if o != c for s in spans_o]
-        return turns(transcriber, audios[c], joined_turns(spans[c], others), options)
-
-    streams = [channel_parts(c) for c in range(len(audios))]
+    streams = [
+        turns(transcriber, a, plans[c], options) if by_turn else transcriber.stream(a, options)
+        for c, a in enumerate(audios)
+    ]
     async for segment in in_time_order(streams, keep):
         yield segment
     language = options.request.language
@@ -132,12 +134,22 @@ async def in_time_order(
                 frontier[channel] = item.span.end_s
                 for s in item.segments:
                     heapq.heappush(heap, (s.start, channel, next(order), s))
-            while heap and heap[0][0] <= min(frontier):
+            while heap and heap[0][0] < min(frontier):  # (a tie waits: channel order)
                 yield heapq.heappop(heap)[3]
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def turn_plans(heard: list[np.ndarray], audios: list[Audio]) -> list[list[Span]]:
+    """Each channel's turns, joined across the pauses in which no other channel speaks."""
+    spans = [speech_turns(p, len(a.samples)) for p, a in zip(heard, audios, strict=True)]
+    plans = []
+    for c, mine in enumerate(spans):
+        others = [s for o, theirs in enumerate(spans) if o != c for s in theirs]
+        plans.append(joined_turns(mine, others))
+    return plans
 
 
 async def turns(
