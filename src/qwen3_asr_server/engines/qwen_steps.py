@@ -1,8 +1,9 @@
 """Our own Qwen3-ASR decode loop (issue 43): rows join and leave between steps.
 
-Each row's prompt (chat template, audio encoder output) is prefilled alone through the
-model's own forward, so a row's first token is what it would be alone; its keys and values
-then go into a static cache (`Cache`: one slot per row in flight, allocated once). A decode
+Each row's prompt (chat template, audio encoder output) is prefilled through the model's
+own forward, with the rows of similar length taken together in one left-padded forward
+(each row's positions and attention are its own, so its first token is what it would be
+alone); its keys and values then go into a static cache (`Cache`: one slot per row in flight, allocated once). A decode
 step runs every row in flight together, one token each: one embedding, one pass over the
 layers with the model's own modules (norms, projections, rotary embedding, MLP), attention
 over each row's cached positions only, and one LM head. Rows in flight always occupy
