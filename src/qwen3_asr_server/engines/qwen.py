@@ -23,6 +23,7 @@ from .base import (
 from .qwen_generate import duration_groups, generate, prefill_groups, warn_budget
 from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
 from .qwen_load import (
+    aligned_words,
     choose_attention,
     choose_dtype,
     load_aligner,
@@ -31,13 +32,9 @@ from .qwen_load import (
     quantize_int8,
 )
 from .qwen_loop import Joining, ListSource, run_rows
-from .qwen_rows import Decoder, Row, padded, prompt_for
+from .qwen_rows import Decoder, Row, prompt_for
 from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
 from .status import EngineStatus
-from .word_times import words_from_items
-
-# The languages Qwen3-ForcedAligner aligns (ISO codes).
-ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
 
 
 class QwenEngine:
@@ -339,26 +336,6 @@ class QwenEngine:
         languages: list[str | None],
         should_stop: ShouldStop,
     ) -> dict[int, list[Word]]:
-        """Word (CJK: character) times from Qwen3-ForcedAligner for every request that asks,
-        in one `align` call; each word keeps the transcript's own text."""
-        wanted = [
-            i
-            for i, r in enumerate(requests)
-            if r.word_timestamps and texts[i] and languages[i] in ALIGNER_LANGUAGES
-        ]
-        if not wanted or self._aligner is None or should_stop():
+        if self._aligner is None or should_stop():
             return {}
-        aligned = self._aligner.align(
-            audio=[(padded(requests[i].audio), SAMPLE_RATE) for i in wanted],
-            text=[texts[i] for i in wanted],
-            language=[language_name(languages[i]) for i in wanted],
-        )
-        out: dict[int, list[Word]] = {}
-        for i, result in zip(wanted, aligned, strict=True):
-            duration = len(requests[i].audio) / SAMPLE_RATE
-            words = words_from_items(texts[i], list(result.items), duration)
-            if words is None:
-                logger.warning("aligner tokens do not match the transcript; times are spread")
-                continue
-            out[i] = words
-        return out
+        return aligned_words(self._aligner, requests, texts, languages)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from loguru import logger
+
+from ..audio.pcm import SAMPLE_RATE
 from ..errors import ModelLoadError
+from ..text import language_name
+from ..transcript import Word
+from .base import TranscribeRequest
+from .qwen_rows import padded
+from .word_times import words_from_items
 
 FLASH = "flash_attention_2"
 
@@ -116,3 +124,35 @@ def load_aligner(path: str, kwargs: dict[str, Any]) -> Any:
         raise
     except Exception as exc:
         raise ModelLoadError(load_hint(path, exc, "FORCED_ALIGNER_ID")) from exc
+
+
+# The languages Qwen3-ForcedAligner aligns (ISO codes).
+ALIGNER_LANGUAGES = frozenset({"zh", "en", "yue", "fr", "de", "it", "ja", "ko", "pt", "ru", "es"})
+
+
+def aligned_words(
+    aligner: Any, requests: list[TranscribeRequest], texts: list[str], languages: list[str | None]
+) -> dict[int, list[Word]]:
+    """Word (CJK: character) times from Qwen3-ForcedAligner for every request that asks,
+    in one `align` call; each word keeps the transcript's own text."""
+    wanted = [
+        i
+        for i, r in enumerate(requests)
+        if r.word_timestamps and texts[i] and languages[i] in ALIGNER_LANGUAGES
+    ]
+    if not wanted:
+        return {}
+    aligned = aligner.align(
+        audio=[(padded(requests[i].audio), SAMPLE_RATE) for i in wanted],
+        text=[texts[i] for i in wanted],
+        language=[language_name(languages[i]) for i in wanted],
+    )
+    out: dict[int, list[Word]] = {}
+    for i, result in zip(wanted, aligned, strict=True):
+        duration = len(requests[i].audio) / SAMPLE_RATE
+        words = words_from_items(texts[i], list(result.items), duration)
+        if words is None:
+            logger.warning("aligner tokens do not match the transcript; times are spread")
+            continue
+        out[i] = words
+    return out
