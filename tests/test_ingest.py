@@ -183,3 +183,35 @@ async def test_the_session_limit_counts_stereo_frames_once() -> None:
     assert await ingest.feed(sink, pcm16(interleaved(half, half)))  # type: ignore[arg-type]
     assert not await ingest.feed(sink, pcm16(interleaved(half[:160], half[:160])))  # type: ignore[arg-type]
     assert sink.samples_in == 16000
+
+
+async def test_a_stereo_feed_waits_for_the_channel_without_room() -> None:
+    """Back-pressure counts both channels: a ChannelGroup's feed returns only once every
+    channel's session took its audio, so one channel whose finals fall behind stops the
+    reading of the whole stream (stand-in sessions that wait for room)."""
+    import asyncio
+
+    from qwen3_asr_server.streaming.channels import ChannelGroup
+
+    class Lane:
+        samples_in = 0
+
+        def __init__(self) -> None:
+            self.room, self.took = asyncio.Event(), asyncio.Event()
+            self.fed: list[np.ndarray] = []
+
+        async def feed(self, samples: np.ndarray) -> None:
+            await self.room.wait()
+            self.fed.append(samples)
+            self.took.set()
+
+    free, full = Lane(), Lane()
+    free.room.set()
+    group = ChannelGroup([free, full])  # type: ignore[list-item]
+    stereo = np.stack([tone(16000, 0.2), np.zeros(3200, np.float32)], axis=1)
+    feeding = asyncio.create_task(group.feed(stereo))
+    await asyncio.wait_for(free.took.wait(), 10)
+    assert not feeding.done() and not full.fed  # the full channel holds the stream
+    full.room.set()
+    await asyncio.wait_for(feeding, 10)
+    assert len(free.fed[0]) == len(full.fed[0]) == 3200
