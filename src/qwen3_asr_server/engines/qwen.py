@@ -242,29 +242,31 @@ class QwenEngine:
         one too long for the static cache is decoded alone by `generate` (answered)."""
         assert self._model is not None and self._decoder is not None
         out: list[Row | TranscribeResult | Exception] = []
-        rows: list[tuple[Row, str]] = []
+        rows: list[tuple[int, Row, str]] = []  # (its place in `out`, the row, its prompt)
         for handle, request, _ in joining:
             try:
                 prompt, forced = prompt_for(self._model, request)
-                rows.append((Row(handle, request, self._spec(request), forced), prompt))
-                out.append(rows[-1][0])
+                row = Row(handle, request, self._spec(request), forced)
+                rows.append((len(out), row, prompt))
+                out.append(row)
             except Exception as exc:
                 out.append(exc)
-        fits = [False] * len(rows)
-        for group in prefill_groups([len(r.request.audio) for r, _ in rows]):
-            for i, ok in zip(group, self._decoder.prefill([rows[i] for i in group]), strict=True):
-                fits[i] = ok
-        fitted = iter(fits)
-        for i, (_, request, should_stop) in enumerate(joining):
-            row = out[i]
-            if isinstance(row, Row) and not next(fitted):
-                tokens = row.record.input_tokens + row.spec.budget
-                logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: alone", tokens)
-                try:  # its failure is its own
-                    out[i] = self._generated([request], should_stop)[0]
-                except Exception as exc:
-                    out[i] = exc
+        for group in prefill_groups([len(row.request.audio) for _, row, _ in rows]):
+            batch = [rows[k] for k in group]
+            fitted = self._decoder.prefill([(row, prompt) for _, row, prompt in batch])
+            for (i, row, _), fits in zip(batch, fitted, strict=True):
+                if not fits:
+                    out[i] = self._alone(row, joining[i][2])
         return out
+
+    def _alone(self, row: Row, should_stop: ShouldStop) -> TranscribeResult | Exception:
+        """A row too long for the static cache, decoded by `generate`; its failure is its own."""
+        tokens = row.record.input_tokens + row.spec.budget
+        logger.info("a row of {} tokens does not fit KV_CACHE_TOKENS: alone", tokens)
+        try:
+            return self._generated([row.request], should_stop)[0]
+        except Exception as exc:
+            return exc
 
     def _finish(self, row: Row) -> TranscribeResult:
         from qwen_asr.inference.utils import parse_asr_output
