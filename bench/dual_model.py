@@ -66,8 +66,8 @@ def first_partials(env: dict[str, str], names: list[str]) -> list[float]:
 
 
 def main() -> None:
-    from qwen3_asr_server.engines.qwen import QwenEngine
-    from qwen3_asr_server.engines.whisper import WhisperEngine
+    from qwen3_asr_server.engines.qwen.engine import QwenEngine
+    from qwen3_asr_server.engines.whisper.engine import WhisperEngine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--sentences", type=int, default=6)

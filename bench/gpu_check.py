@@ -29,7 +29,7 @@ from common import ROOT  # noqa: F401  (puts scripts/ and tests/ on sys.path)
 import numpy as np
 
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.qwen import QwenEngine
+from qwen3_asr_server.engines.qwen.engine import QwenEngine
 
 RATE = 16000
 

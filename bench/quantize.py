@@ -60,7 +60,7 @@ def timed(engine: object, audio: object, runs: int) -> tuple[float, str]:
 
 def run_mode(model: str, mode: str, tokens: int, runs: int) -> dict[str, object]:
     """One precision in this process: RSS of the loaded model, timings, output token ids."""
-    from qwen3_asr_server.engines.qwen import QwenEngine
+    from qwen3_asr_server.engines.qwen.engine import QwenEngine
 
     clips = [load(name) for name in ("sentence_01.wav", "sentence_02.wav", "sentence_03.wav")]
     base = rss_mb()

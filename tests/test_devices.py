@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.qwen import QwenEngine
-from qwen3_asr_server.engines.whisper import WhisperEngine
+from qwen3_asr_server.engines.qwen.engine import QwenEngine
+from qwen3_asr_server.engines.whisper.engine import WhisperEngine
 from qwen3_asr_server.errors import ModelLoadError
 
 

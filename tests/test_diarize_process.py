@@ -20,7 +20,7 @@ import speech
 from contract import check_error
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.engines.diarize_process import DiarizerSpec, ProcessDiarizer
+from qwen3_asr_server.engines.speakers.process import DiarizerSpec, ProcessDiarizer
 from qwen3_asr_server.errors import ModelLoadError
 from server import LiveServer, live_server
 

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 import speech
-from qwen3_asr_server.engines.fbank import (
+from qwen3_asr_server.engines.speakers.fbank import (
     NATIVE_NEEDS,
     choose_features,
     cpu_flags,

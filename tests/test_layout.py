@@ -167,3 +167,15 @@ def test_imports_under_type_checking_and_in_functions_are_read(tmp_path: Path) -
     known = {PACKAGE, f"{PACKAGE}.config", f"{PACKAGE}.audio", f"{PACKAGE}.audio.g711"}
     found = imports(f"{PACKAGE}.mod", source, known)
     assert found == {f"{PACKAGE}.config", f"{PACKAGE}.audio.g711"}
+
+
+def test_engines_group_their_modules_in_packages() -> None:
+    """A family of engine modules is a package (engines/qwen/, engines/whisper/,
+    engines/remote/, engines/speakers/), not a name prefix at the top of engines/: only the
+    shared protocol, the registry and the wrappers stay there."""
+    top = sorted(p.stem for p in (ROOT / "engines").glob("*.py"))
+    prefixed = [n for n in top if n.split("_")[0] in ("qwen", "whisper", "remote", "diarize")]
+    assert prefixed == []
+    assert {"fbank", "diarizing", "word_times"}.isdisjoint(top)
+    for package in ("qwen", "whisper", "remote", "speakers"):
+        assert (ROOT / "engines" / package / "__init__.py").exists()

@@ -18,11 +18,11 @@ from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from qwen3_asr_server.engines.base import TranscribeRequest, never_stop
-from qwen3_asr_server.engines.qwen import QwenEngine
-from qwen3_asr_server.engines.qwen_generate import duration_groups
-from qwen3_asr_server.engines.qwen_load import choose_attention, choose_dtype
-from qwen3_asr_server.engines.qwen_rows import padded
-from qwen3_asr_server.engines.word_times import words_from_items
+from qwen3_asr_server.engines.qwen.engine import QwenEngine
+from qwen3_asr_server.engines.qwen.generate import duration_groups
+from qwen3_asr_server.engines.qwen.load import choose_attention, choose_dtype
+from qwen3_asr_server.engines.qwen.rows import padded
+from qwen3_asr_server.engines.qwen.word_times import words_from_items
 from qwen3_asr_server.errors import ModelLoadError
 from qwen3_asr_server.models.choice import DEFAULT_CPU_MODEL
 from qwen3_asr_server.text import join_texts
@@ -214,7 +214,7 @@ def test_the_default_model_follows_the_device_torch_sees(monkeypatch: pytest.Mon
         tried.append(path)
         raise ModelLoadError("offline")
 
-    monkeypatch.setattr("qwen3_asr_server.engines.qwen.load_checkpoint", offline)
+    monkeypatch.setattr("qwen3_asr_server.engines.qwen.engine.load_checkpoint", offline)
     engine = create_engine(Settings(_env_file=None, device="auto"))  # type: ignore[call-arg]
     assert engine.model_id == "Qwen/Qwen3-ASR-1.7B"  # the guess before loading
     with pytest.raises(ModelLoadError):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from qwen3_asr_server.engines.base import JobCancelledError, TranscribeRequest, TranscribeResult
-from qwen3_asr_server.engines.qwen import QwenEngine
-from qwen3_asr_server.engines.qwen_steps import bucket
+from qwen3_asr_server.engines.qwen.engine import QwenEngine
+from qwen3_asr_server.engines.qwen.steps import bucket
 from qwen3_asr_server.runtime.scheduler import (
     BATCH,
     PARTIAL,
@@ -267,7 +267,7 @@ def test_a_failing_caller_check_leaves_the_cache_empty(steps: QwenEngine) -> Non
 
 
 def test_prefill_groups_keep_lengths_alike_and_forwards_bounded() -> None:
-    from qwen3_asr_server.engines.qwen_generate import PREFILL_SAMPLES, prefill_groups
+    from qwen3_asr_server.engines.qwen.generate import PREFILL_SAMPLES, prefill_groups
 
     second = 16000
     lengths = [30 * second, 2 * second, 3 * second, 29 * second, second // 2]

@@ -555,7 +555,7 @@ async def test_only_a_client_whose_request_was_answered_is_kept() -> None:
     job: httpcore 1.0.9 can keep a connection cancelled while opening in its pool for good
     (encode/httpcore#1093), which held every later job on that client until the timeout
     (found by the front-capacity soak: sessions stuck with their finals in flight)."""
-    from qwen3_asr_server.engines.remote_clients import ClientShelf
+    from qwen3_asr_server.engines.remote.clients import ClientShelf
 
     shelf = ClientShelf(httpx.Timeout(5), {})
     url = "http://127.0.0.1:1/v1"

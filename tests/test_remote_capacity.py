@@ -105,7 +105,7 @@ def test_dual_model_keeps_the_backends_capacity_and_their_health() -> None:
 # -- the pool itself (no processes) ----------------------------------------------------------
 def test_a_full_pool_waits_for_a_slot_and_a_caller_that_leaves_stops_waiting() -> None:
     from qwen3_asr_server.engines.base import JobCancelledError
-    from qwen3_asr_server.engines.remote_pool import BackendPool
+    from qwen3_asr_server.engines.remote.pool import BackendPool
 
     pool = BackendPool(["http://a/v1", "http://b/v1"], max_inflight=1, probe_interval=5)
     a, b = pool.backends

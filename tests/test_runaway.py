@@ -12,7 +12,7 @@ import pytest
 
 from audio_files import wav_bytes
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.engines.qwen_guard import token_budget
+from qwen3_asr_server.engines.qwen.guard import token_budget
 from server import live_server
 
 

@@ -18,7 +18,7 @@ from starlette.routing import Mount
 
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.engines.remote_pool import BackendPool, split_credentials
+from qwen3_asr_server.engines.remote.pool import BackendPool, split_credentials
 from qwen3_asr_server.logging import redact_url
 from server import LiveServer, live_server
 

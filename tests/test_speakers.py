@@ -26,8 +26,8 @@ from diar_metrics import scores
 from helpers import whisper_settings
 from proc import ServerProcess
 from qwen3_asr_server.app import create_app
-from qwen3_asr_server.engines.diarize import Diarization, SenkoDiarizer, Turn
-from qwen3_asr_server.engines.fbank import cpu_flags, missing_for_native
+from qwen3_asr_server.engines.speakers.diarize import Diarization, SenkoDiarizer, Turn
+from qwen3_asr_server.engines.speakers.fbank import cpu_flags, missing_for_native
 from qwen3_asr_server.outputs.speakers import by_speaker, letter, speaker_names
 from qwen3_asr_server.transcript import Segment, Transcript, Word
 from server import LiveServer, live_server

@@ -19,8 +19,8 @@ from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
 from qwen3_asr_server.engines.base import TranscribeRequest
-from qwen3_asr_server.engines.whisper import WhisperEngine
-from qwen3_asr_server.engines.whisper_batch import tail_start
+from qwen3_asr_server.engines.whisper.batch import tail_start
+from qwen3_asr_server.engines.whisper.engine import WhisperEngine
 from qwen3_asr_server.errors import ModelLoadError
 from qwen3_asr_server.models.choice import detect_engine, resolve_model_path
 from server import LiveServer, live_server

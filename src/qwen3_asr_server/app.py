@@ -41,8 +41,8 @@ from .audio.segmentation import Segmenter
 from .audio.vad import SileroModel
 from .config import Settings
 from .engines import Engine, create_engine
-from .engines.diarize_process import DiarizerSpec
-from .engines.diarizing import with_diarizer
+from .engines.speakers.diarizing import with_diarizer
+from .engines.speakers.process import DiarizerSpec
 from .logging import setup_logging
 from .models.plan import ModelPlan, plan_model, precheck
 from .outputs.translate import Translator

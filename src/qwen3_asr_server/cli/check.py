@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..engines.probe import Machine, probe
-from ..engines.qwen_load import choose_dtype
+from ..engines.qwen.load import choose_dtype
 from ..logging import redact_url
 from ..models.cache import LOCAL, Cached, find_cached, size_mb
 from ..models.choice import BUNDLED, engine_kind, gpu_present, installed, served_model_id

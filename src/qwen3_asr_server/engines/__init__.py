@@ -42,7 +42,7 @@ def create_engine(settings: Settings, inline: bool = False) -> Engine:
 
 def _create_one(settings: Settings, inline: bool, setting: str = "MODEL_ID") -> Engine:
     if settings.engine == "remote":
-        from .remote import RemoteEngine
+        from .remote.engine import RemoteEngine
 
         return RemoteEngine(
             settings.remote_urls,

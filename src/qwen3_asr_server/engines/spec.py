@@ -18,9 +18,9 @@ class EngineSpec:
     def build(self) -> Engine:
         """The engine, constructed (cheap: nothing heavy is imported until `load()`)."""
         if self.kind == "whisper":
-            from .whisper import WhisperEngine
+            from .whisper.engine import WhisperEngine
 
             return WhisperEngine(self.model_id, **self.options)
-        from .qwen import QwenEngine
+        from .qwen.engine import QwenEngine
 
         return QwenEngine(self.model_id, **self.options)

@@ -13,7 +13,7 @@ the CUDA context). The server process never imports torch.
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
-- Speaker diarization runs in a child of its own (`diarize_process.py`), not in this one: a
+- Speaker diarization runs in a child of its own (`speakers/process.py`), not in this one: a
   crash in its native code never takes the model down with it.
 """
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..audio.decode import Audio, decode_audio
 from ..engines.base import EngineCrashedError
-from ..engines.diarize import Diarization
-from ..engines.diarizing import DiarizingEngine, diarizing
+from ..engines.speakers.diarize import Diarization
+from ..engines.speakers.diarizing import DiarizingEngine, diarizing
 from ..errors import (
     BadRequestError,
     ModelLoadError,

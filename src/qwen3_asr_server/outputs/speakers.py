@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..engines.diarize import Diarization, Turn
+from ..engines.speakers.diarize import Diarization, Turn
 from ..text import join_texts
 from ..transcript import Segment, Transcript, Word
 

@@ -15,12 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..audio.pcm import SAMPLE_RATE
-from ..errors import ModelLoadError
-from ..models.choice import resolve_model_path
-from ..text import join_texts
-from ..transcript import Segment
-from .base import (
+from ...audio.pcm import SAMPLE_RATE
+from ...errors import ModelLoadError
+from ...models.choice import resolve_model_path
+from ...text import join_texts
+from ...transcript import Segment
+from ..base import (
     JobCancelledError,
     ShouldStop,
     TranscribeRequest,
@@ -28,10 +28,10 @@ from .base import (
     WholeCalls,
     never_stop,
 )
-from .status import EngineStatus
-from .whisper_batch import batched_decode, to_segment
-from .whisper_draft import MAX_DRAFT_S, draft_words
-from .whisper_extras import fitted_prompt, hotwords, pick_language, token_logprobs
+from ..status import EngineStatus
+from .batch import batched_decode, to_segment
+from .draft import MAX_DRAFT_S, draft_words
+from .extras import fitted_prompt, hotwords, pick_language, token_logprobs
 
 MULTILINGUAL_VOCABULARY = 51865  # whisper's vocabulary with its language tokens
 

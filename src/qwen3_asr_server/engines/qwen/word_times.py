@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..transcript import Word
+from ...transcript import Word
 
 
 class AlignedItem(Protocol):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from ..transcript import TokenLogprob, TokenUsage
+from ...transcript import TokenLogprob, TokenUsage
 
 ASR_TEXT = "<asr_text>"  # the end of the header the model writes: `language English<asr_text>`
 NO_SPEECH = "None"  # the model's language name for audio without speech

@@ -7,12 +7,12 @@ from typing import Any
 
 from loguru import logger
 
-from ..audio.pcm import SAMPLE_RATE
-from ..errors import ModelLoadError
-from ..text import language_name
-from ..transcript import Word
-from .base import TranscribeRequest
-from .qwen_rows import padded
+from ...audio.pcm import SAMPLE_RATE
+from ...errors import ModelLoadError
+from ...text import language_name
+from ...transcript import Word
+from ..base import TranscribeRequest
+from .rows import padded
 from .word_times import words_from_items
 
 FLASH = "flash_attention_2"

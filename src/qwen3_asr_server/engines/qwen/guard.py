@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import ShouldStop, never_stop
-from .qwen_tokens import RowRecord
+from ..base import ShouldStop, never_stop
+from .tokens import RowRecord
 
 # The SDK's hard-coded end-of-sequence ids (<|im_end|>, <|endoftext|>).
 EOS_IDS = (151645, 151643)

@@ -1,4 +1,4 @@
-"""The rows of our Qwen3-ASR decode loop (`qwen_steps.py`): a request's prompt, its prefill
+"""The rows of our Qwen3-ASR decode loop (`steps.py`): a request's prompt, its prefill
 into a cache slot, its tokens as the steps produce them, and when it ends (its end token,
 its budget, or its caller gone).
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.pcm import SAMPLE_RATE
-from ..text import language_name
-from .base import TranscribeRequest
-from .qwen_guard import EOS_IDS, RowSpec, restrict
-from .qwen_steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
-from .qwen_tokens import RowRecord
+from ...audio.pcm import SAMPLE_RATE
+from ...text import language_name
+from ..base import TranscribeRequest
+from .guard import EOS_IDS, RowSpec, restrict
+from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
+from .tokens import RowRecord
 
 MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
 

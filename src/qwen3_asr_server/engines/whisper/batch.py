@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.pcm import SAMPLE_RATE, quietest_point
-from ..transcript import Segment, Word
-from .base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult
-from .whisper_extras import fitted_prompt, hotwords
+from ...audio.pcm import SAMPLE_RATE, quietest_point
+from ...transcript import Segment, Word
+from ..base import JobCancelledError, ShouldStop, TranscribeRequest, TranscribeResult
+from .extras import fitted_prompt, hotwords
 
 TAIL_MIN_S = 1.0  # speech after a clip's last segment that is decoded once more
 

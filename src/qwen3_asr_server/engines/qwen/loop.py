@@ -8,14 +8,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from .base import (
+from ..base import (
     JobCancelledError,
     RowSource,
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
 )
-from .qwen_rows import Decoder, Row
+from .rows import Decoder, Row
 
 Joining = list[tuple[object, TranscribeRequest, ShouldStop]]
 # prefills the rows taken together; each is a Row, or answered another way, or its error

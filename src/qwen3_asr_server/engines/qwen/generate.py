@@ -1,5 +1,5 @@
 """The SDK's decode path (QWEN_DECODE=generate): transformers' `generate` on padded batches
-of similar-length items, with our limits wrapped around it (`qwen_guard.py`)."""
+of similar-length items, with our limits wrapped around it (`guard.py`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 from loguru import logger
 
-from ..audio.pcm import SAMPLE_RATE
-from ..text import language_name
-from .base import JobCancelledError, ShouldStop, TranscribeRequest
-from .qwen_guard import GenerationGuard, RowSpec
-from .qwen_rows import context, padded
-from .qwen_tokens import RowRecord
+from ...audio.pcm import SAMPLE_RATE
+from ...text import language_name
+from ..base import JobCancelledError, ShouldStop, TranscribeRequest
+from .guard import GenerationGuard, RowSpec
+from .rows import context, padded
+from .tokens import RowRecord
 
 
 def generate(

@@ -9,10 +9,10 @@ import wave
 import httpx
 import numpy as np
 
-from ..audio.pcm import SAMPLE_RATE
-from .base import EngineInputError
-from .remote_clients import ClientShelf
-from .remote_pool import response_message
+from ...audio.pcm import SAMPLE_RATE
+from ..base import EngineInputError
+from .clients import ClientShelf
+from .pool import response_message
 
 CLIENT_ERRORS = {400, 413, 415, 422}  # the input's fault: every backend would refuse it
 BUSY = {429, 500, 502, 503, 504}  # try another backend, but this one is not down

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.pcm import SAMPLE_RATE
-from ..transcript import Segment, TokenLogprob
-from .qwen_tokens import byte_decoder
+from ...audio.pcm import SAMPLE_RATE
+from ...transcript import Segment, TokenLogprob
+from ..qwen.tokens import byte_decoder
 
 WINDOW = 30 * SAMPLE_RATE  # whisper's encoder window
 HOP = 160  # feature frames are 10 ms

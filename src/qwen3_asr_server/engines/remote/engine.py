@@ -20,7 +20,7 @@ the survivors' slots wait for one (`backend_waiting` in /health).
 Each job goes to the backend with the fewest jobs in flight (round robin among equals). A
 backend that refuses, times out or drops a connection is taken out of the rotation and
 probed again after 1, 2, 4 ... s (up to REMOTE_PROBE_INTERVAL: the pool and its Prober are
-`remote_pool.py`); the job is retried once on another backend. One call to a backend has its
+`pool.py`); the job is retried once on another backend. One call to a backend has its
 own timeout (REMOTE_CALL_TIMEOUT; by default half the job's REQUEST_TIMEOUT when there is
 another backend to retry on), so a retry fits in the job's time. A backend that timed out on
 a job comes back only when a short trial job
@@ -47,11 +47,11 @@ import httpx
 import numpy as np
 from loguru import logger
 
-from ..audio.pcm import SAMPLE_RATE
-from ..logging import REQUEST_ID
-from ..text import parse_language
-from ..transcript import Segment
-from .base import (
+from ...audio.pcm import SAMPLE_RATE
+from ...logging import REQUEST_ID
+from ...text import parse_language
+from ...transcript import Segment
+from ..base import (
     EngineInputError,
     JobCancelledError,
     ShouldStop,
@@ -60,11 +60,11 @@ from .base import (
     WholeCalls,
     never_stop,
 )
-from .remote_call import TRIAL_TIMEOUT, TRIAL_WAV, BackendFailedError, encode_wav, post_job
-from .remote_clients import ClientShelf
-from .remote_pool import Backend, BackendPool, Prober
-from .status import EngineStatus
-from .wrapping import wait_or_cancel
+from ..status import EngineStatus
+from ..wrapping import wait_or_cancel
+from .call import TRIAL_TIMEOUT, TRIAL_WAV, BackendFailedError, encode_wav, post_job
+from .clients import ClientShelf
+from .pool import Backend, BackendPool, Prober
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 from loguru import logger
 
-from ..logging import redact_url
-from .base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
-from .status import Buckets
+from ...logging import redact_url
+from ..base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
+from ..status import Buckets
 
 POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot
 PROBE_TICK = 0.2  # seconds between two looks for backends whose probe is due

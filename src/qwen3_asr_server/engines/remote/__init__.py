@@ -1,0 +1,2 @@
+"""ENGINE=remote: the engine, one call (`call`), httpx clients (`clients`), the backends'
+states and probes (`pool`)."""
