@@ -125,6 +125,7 @@ def test_keywords_reach_whispers_decoder(whisper: LiveServer) -> None:
         ({"chunking_strategy": {"type": "server_vad", "threshold": 2}}, "chunking_strategy"),
         ({"chunking_strategy": {"type": "semantic"}}, "chunking_strategy"),
         ({"extra_body": {"chunking_strategy": "sometimes"}}, "chunking_strategy"),
+        ({"extra_body": {"chunking_strategy": '"sometimes"'}}, "chunking_strategy"),
     ],
 )
 def test_bad_fields_get_a_clear_400(
@@ -148,6 +149,9 @@ def test_chunking_strategy_is_accepted_in_every_form(whisper: LiveServer) -> Non
         timeout=120,
     )
     assert response.status_code == 200 and "fox" in response.json()["text"].lower()
+    # SDKs that JSON-encode every form field send "auto" quoted (issue 49)
+    quoted = transcribe(whisper, extra_body={"chunking_strategy": '"auto"'})
+    assert "fox" in quoted.text.lower()
 
 
 # -- qwen, the real SDK on the tiny checkpoint ----------------------------------------------------

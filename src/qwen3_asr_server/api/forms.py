@@ -152,6 +152,8 @@ class TranscriptionForm(UploadForm):
                 loaded = json.loads(raw)
             except ValueError:
                 loaded = None
+            if loaded == "auto":  # '"auto"': SDKs that JSON-encode every form field
+                loaded = {}
             if not isinstance(loaded, dict):
                 raise BadRequestError(
                     'chunking_strategy must be "auto" or an object {"type": "server_vad", ...}.',
