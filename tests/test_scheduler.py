@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -47,6 +47,14 @@ async def occupy(sched: PriorityScheduler) -> tuple[asyncio.Task[str], threading
     return task, release
 
 
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for `condition` (a queued job, a finished one), not for a guessed time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        await asyncio.sleep(0.005)
+
+
 async def test_runs_a_job_and_returns_its_result(scheduler: PriorityScheduler) -> None:
     assert await scheduler.submit(lambda: 2 + 2) == 4
 
@@ -62,7 +70,7 @@ async def test_realtime_before_batch_and_fifo_within_priority(
         tasks.append(
             asyncio.create_task(scheduler.submit(lambda n=name: order.append(n), priority=prio))
         )
-        await asyncio.sleep(0.01)  # arrival order is submission order
+        await until(lambda: scheduler.depth == len(tasks))  # arrival order: submission order
     assert scheduler.depth == 5
     release.set()
     await asyncio.gather(holder, *tasks)
@@ -73,8 +81,7 @@ async def test_cancel_before_start_skips_the_job(scheduler: PriorityScheduler) -
     holder, release = await occupy(scheduler)
     ran: list[str] = []
     task = asyncio.create_task(scheduler.submit(lambda: ran.append("cancelled job")))
-    await asyncio.sleep(0.05)
-    assert scheduler.depth == 1
+    await until(lambda: scheduler.depth == 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -112,14 +119,19 @@ async def test_timeout_then_next_request_succeeds(scheduler: PriorityScheduler) 
     worker then called set_result on it, InvalidStateError killed the worker, and every
     later request hung. Ours must answer 504 and keep serving."""
 
+    release, finished = threading.Event(), threading.Event()
+
     def slow() -> str:
-        time.sleep(0.5)
+        release.wait(30)  # runs until the caller has timed out, however slow the machine
+        finished.set()
         return "late"
 
     with pytest.raises(RequestTimeoutError) as info:
         await scheduler.submit(slow, timeout=0.1)
     assert http_status(info.value) == 504
-    await asyncio.sleep(0.6)  # the slow job finishes and tries to deliver to nobody
+    release.set()  # the slow job finishes and tries to deliver to nobody
+    assert await asyncio.to_thread(finished.wait, 30)
+    await until(lambda: not scheduler.busy)
     assert await asyncio.wait_for(scheduler.submit(lambda: "alive", timeout=5), 5) == "alive"
     assert scheduler.completed >= 2
 
@@ -147,7 +159,7 @@ async def test_full_queue_is_rejected_with_503() -> None:
     try:
         holder, release = await occupy(sched)
         waiting = [asyncio.create_task(sched.submit(lambda: 1)) for _ in range(2)]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 2)
         with pytest.raises(QueueFullError) as info:
             await sched.submit(lambda: 1)
         assert http_status(info.value) == 503
@@ -226,9 +238,10 @@ async def test_stop_fails_pending_jobs() -> None:
     sched.start()
     holder, release = await occupy(sched)
     pending = asyncio.create_task(sched.submit(lambda: "never"))
-    await asyncio.sleep(0.05)
+    await until(lambda: sched.depth == 1)
     stopper = asyncio.create_task(asyncio.to_thread(sched.stop))
-    await asyncio.sleep(0.05)
+    await until(pending.done)  # failed by stop() while the held job still runs
+    assert not stopper.done()  # stop() waits for the running job
     release.set()
     await stopper
     with pytest.raises(Exception, match="shutting down"):
@@ -258,7 +271,7 @@ async def test_waiting_jobs_with_the_same_key_run_as_one_batch() -> None:
             )
             for i in range(6)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 6)
         release.set()
         assert await asyncio.gather(*tasks) == [0, 10, 20, 30, 40, 50]
         await holder
@@ -281,7 +294,7 @@ async def test_realtime_jobs_are_not_batched_with_batch_jobs() -> None:
         rt = asyncio.create_task(
             sched.submit(lambda: calls.append([9]), priority=REALTIME, batch=spec("k", 9, calls))
         )
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 3)
         release.set()
         await asyncio.gather(holder, rt, *batch)
         assert calls == [[9], [1, 2]]  # realtime first, alone
@@ -307,7 +320,7 @@ async def test_a_failed_batch_is_retried_one_by_one() -> None:
             )
             for i in range(1, 4)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 3)
         release.set()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         await holder
@@ -327,7 +340,7 @@ async def queue_in_order(
         tasks.append(
             asyncio.create_task(sched.submit(lambda n=name: order.append(n), priority=prio))
         )
-        await asyncio.sleep(0.01)
+        await until(lambda: sched.depth == len(tasks))
     return order, tasks, holder, release
 
 
@@ -366,7 +379,7 @@ async def test_should_stop_tells_a_running_job_its_caller_left(
     noticed = threading.Event()
 
     def runaway() -> str:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # far past the wait below: it must be told
         while time.monotonic() < deadline:
             if scheduler.should_stop():
                 noticed.set()
@@ -374,11 +387,9 @@ async def test_should_stop_tells_a_running_job_its_caller_left(
             time.sleep(0.005)
         return "ran to the end"
 
-    started = time.monotonic()
     with pytest.raises(RequestTimeoutError):
         await scheduler.submit(runaway, timeout=0.2)
-    assert await asyncio.to_thread(noticed.wait, 2)
-    assert time.monotonic() - started < 1.5
+    assert await asyncio.to_thread(noticed.wait, 60)  # set only when should_stop() said so
     assert not scheduler.should_stop()  # outside a job: nothing to stop
     assert await scheduler.submit(lambda: "next") == "next"
 
@@ -399,12 +410,13 @@ async def test_should_stop_waits_for_every_member_of_a_batch() -> None:
         spec = [BatchSpec("k", i, run_many) for i in range(2)]
         a = asyncio.create_task(sched.submit(lambda: 0, batch=spec[0]))
         b = asyncio.create_task(sched.submit(lambda: 1, batch=spec[1]))
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 2)
         hold_release.set()
         await holder
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 0 and sched.busy)  # both run as one batch
         a.cancel()  # one member left: the other still wants its result
-        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.CancelledError):
+            await a
         release.set()
         assert await b == 1
         assert seen == [False]
@@ -437,7 +449,7 @@ async def test_a_batch_whose_callers_all_left_is_not_rerun_one_by_one() -> None:
             )
             for i in range(4)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 4)
         hold_release.set()
         await holder
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -453,7 +465,8 @@ async def test_uploads_are_not_batched_while_streams_are_live() -> None:
     """A batch would hold the engine several times as long as one job, and a streaming
     final cannot interrupt it: within `realtime_quiet` of a real-time job, batch jobs run
     one by one; after it they batch again."""
-    sched = PriorityScheduler(max_queue=16, max_batch=4, realtime_quiet=0.5)
+    # a quiet time no busy machine outlasts while the first three run; shortened after them
+    sched = PriorityScheduler(max_queue=16, max_batch=4, realtime_quiet=60)
     sched.start()
     try:
         await sched.submit(lambda: None, priority=REALTIME)
@@ -463,18 +476,19 @@ async def test_uploads_are_not_batched_while_streams_are_live() -> None:
             asyncio.create_task(sched.submit(lambda i=i: i * 10, batch=spec("k", i, calls)))
             for i in range(3)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 3)
         release.set()
         assert await asyncio.gather(*tasks) == [0, 10, 20]
         await holder
         assert calls == [] and sched.batches == 0  # each ran through its own fn
-        await asyncio.sleep(0.5)
+        sched.realtime_quiet = 0.3
+        await until(lambda: not sched.realtime_recent())  # the quiet time has passed
         holder, release = await occupy(sched)
         tasks = [
             asyncio.create_task(sched.submit(lambda: -1, batch=spec("k", i, calls)))
             for i in range(3)
         ]
-        await asyncio.sleep(0.05)
+        await until(lambda: sched.depth == 3)
         release.set()
         assert await asyncio.gather(*tasks) == [0, 10, 20]
         await holder
@@ -500,6 +514,9 @@ async def test_an_idle_worker_keeps_nothing_of_the_last_job(scheduler: PriorityS
 
     assert await scheduler.submit(job) == "Audio"
     del audio, job
-    await asyncio.sleep(0.05)  # the worker is back waiting for the next job
-    gc.collect()
-    assert ref() is None
+
+    def freed() -> bool:  # once the worker is back waiting for the next job
+        gc.collect()
+        return ref() is None
+
+    await until(freed)
