@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from qwen3_asr_server.streaming.ingest import PcmIngest
 from streaming_client import pcm16
@@ -215,3 +216,57 @@ async def test_a_stereo_feed_waits_for_the_channel_without_room() -> None:
     full.room.set()
     await asyncio.wait_for(feeding, 10)
     assert len(free.fed[0]) == len(full.fed[0]) == 3200
+
+
+async def test_large_messages_are_decoded_and_resampled_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1 MiB of μ-law (131 s at 8 kHz) took 30-70 ms of the event loop (issue 49): G.711
+    decoding and resampling run on a thread, as voice detection does. Frames keep their
+    order and an odd byte its place: the stream cut into large odd-sized messages gives
+    what the same bytes give converted in small messages on the loop."""
+    import threading
+
+    import soxr
+
+    from qwen3_asr_server.audio import g711
+
+    loop_thread = threading.current_thread()
+    where: list[tuple[str, threading.Thread]] = []
+    real_decode, real_stream = g711.decode, soxr.ResampleStream
+
+    def decode(data: bytes, law: str) -> np.ndarray:
+        where.append(("decode", threading.current_thread()))
+        return real_decode(data, law)  # type: ignore[arg-type]
+
+    class Stream:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.inner = real_stream(*args, **kwargs)
+
+        def resample_chunk(self, x: np.ndarray, last: bool = False) -> np.ndarray:
+            if len(x):
+                where.append(("resample", threading.current_thread()))
+            return self.inner.resample_chunk(x, last=last)
+
+    rng = np.random.default_rng(0)
+    audio = (0.3 * rng.standard_normal(3 * 2**20 // 2)).astype(np.float32)  # 3 MiB stereo
+    data = g711.encode(audio, "mulaw")
+    reference, big = Sink(), Sink()
+    small = PcmIngest(8000, max_seconds=1000, encoding="mulaw", channels=2)
+    for i in range(0, len(data), 4001):  # 0.25 s, odd: each ends inside a frame
+        assert await small.feed(reference, data[i : i + 4001])  # type: ignore[arg-type]
+    await small.drain(reference)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(g711, "decode", decode)
+    monkeypatch.setattr(soxr, "ResampleStream", Stream)
+    ingest = PcmIngest(8000, max_seconds=1000, encoding="mulaw", channels=2)
+    cut = 2**20 + 1  # a frame's left byte waits for its right one, in the next message
+    for i in range(0, len(data), cut):
+        assert await ingest.feed(big, data[i : i + cut])  # type: ignore[arg-type]
+    await ingest.drain(big)  # type: ignore[arg-type]
+
+    assert {kind for kind, _ in where} == {"decode", "resample"}
+    assert all(thread is not loop_thread for _, thread in where), where
+    got, want = np.concatenate(big.fed), np.concatenate(reference.fed)
+    assert got.shape == want.shape == (len(audio) // 2 * 2, 2)
+    assert np.allclose(got, want, atol=1e-4)

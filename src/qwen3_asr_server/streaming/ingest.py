@@ -11,10 +11,17 @@ A byte stream may be cut anywhere: the bytes of a frame not yet complete (the fi
 an s16le sample, or the first channels of a frame) wait for the next message, so every later
 sample stays aligned. The resampler holds a few ms of audio
 between messages; `drain` (flush, commit, reset, close) passes them on, so they are part of
-the item they were sent in, and a change of rate passes on the old rate's tail first."""
+the item they were sent in, and a change of rate passes on the old rate's tail first.
+
+Decoding and resampling a large message runs on a thread, as voice detection does (1 MiB of
+G.711 took 30-70 ms on the event loop); one message at a time per stream, so frames keep
+their order and the odd bytes their place. A message of at most INLINE_BYTES costs less
+than the hop to a thread (~0.3 ms) and is converted where it arrives."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -26,6 +33,7 @@ from ..audio.pcm import SAMPLE_RATE
 
 Encoding = Literal["pcm_s16le", "mulaw", "alaw"]
 G711_RATE = 8000
+INLINE_BYTES = 8192  # 1 s of 8 kHz G.711, 0.25 s of 16 kHz PCM
 
 
 class Fed(Protocol):
@@ -47,19 +55,23 @@ class PcmIngest:
         self._resampler: Any = None
         self._odd = b""  # the bytes of a frame whose other bytes have not come yet
         self._tail = self._empty  # 16 kHz audio a previous rate's resampler still held
+        # The conversion may run on a thread: whatever touches the resampler, the odd bytes
+        # or the tail holds this (uncontended: one stream's messages come one at a time).
+        self._lock = threading.Lock()
         self.max_samples = int(max_seconds * SAMPLE_RATE)
         self.set_rate(rate)
 
     def set_rate(self, rate: int, encoding: Encoding | None = None) -> None:
         """The client's sample rate (and encoding); a change of rate starts a new
         resampler, after taking what the old one held."""
-        if encoding is not None and encoding != self.encoding:
-            self.encoding = encoding
-            self._odd = b""  # half a sample of the old encoding means nothing in the new
-        if rate != self.rate:
-            self._tail = np.concatenate([self._tail, self._held()])
-            self.rate = rate
-            self._resampler = None if rate == SAMPLE_RATE else self._new_resampler()
+        with self._lock:
+            if encoding is not None and encoding != self.encoding:
+                self.encoding = encoding
+                self._odd = b""  # half a sample of the old encoding means nothing in the new
+            if rate != self.rate:
+                self._tail = np.concatenate([self._tail, self._held()])
+                self.rate = rate
+                self._resampler = None if rate == SAMPLE_RATE else self._new_resampler()
 
     def _new_resampler(self) -> Any:
         return soxr.ResampleStream(self.rate, SAMPLE_RATE, self.channels, dtype="float32")
@@ -87,25 +99,36 @@ class PcmIngest:
     async def feed(self, session: Fed, data: bytes) -> bool:
         """Decode, resample and feed `data`. False, and nothing fed, when it would take the
         session past its audio limit."""
-        samples = self.decode(data)
-        if self._resampler is not None:
-            samples = self._resampler.resample_chunk(samples)
-        if len(self._tail):
-            samples, self._tail = np.concatenate([self._tail, samples]), self._empty
+        if len(data) <= INLINE_BYTES:
+            samples = self._convert(data)
+        else:  # off the event loop (the caller awaits it: the next message waits its turn)
+            samples = await asyncio.to_thread(self._convert, data)
         return await self._give(session, samples)
+
+    def _convert(self, data: bytes) -> np.ndarray:
+        """Decode and resample `data`, after what a previous rate's resampler held."""
+        with self._lock:
+            samples = self.decode(data)
+            if self._resampler is not None:
+                samples = self._resampler.resample_chunk(samples)
+            if len(self._tail):
+                samples, self._tail = np.concatenate([self._tail, samples]), self._empty
+            return samples
 
     async def drain(self, session: Fed) -> None:
         """Pass on what the resampler holds (before a flush, commit, reset or close). A
         half sample still waiting for its second byte stays: it belongs to the next one."""
-        samples, self._tail = np.concatenate([self._tail, self._held()]), self._empty
+        with self._lock:  # (a few ms of audio: the filter's delay)
+            samples, self._tail = np.concatenate([self._tail, self._held()]), self._empty
         if len(samples):
             await self._give(session, samples)
 
     def clear(self) -> None:
         """Drop what is held (the client discarded its buffer)."""
-        self._tail, self._odd = self._empty, b""
-        if self._resampler is not None:
-            self._resampler = self._new_resampler()
+        with self._lock:
+            self._tail, self._odd = self._empty, b""
+            if self._resampler is not None:
+                self._resampler = self._new_resampler()
 
     async def _give(self, session: Fed, samples: np.ndarray) -> bool:
         if session.samples_in + len(samples) > self.max_samples:
