@@ -103,6 +103,8 @@ def test_the_stream_sends_segments_in_time_order_then_done(server: LiveServer) -
     assert kinds[-1] == "transcript.text.done" and kinds.count("transcript.text.segment") >= 4
     starts = [e.start for e in events if e.type == "transcript.text.segment"]  # type: ignore[union-attr]
     assert starts == sorted(starts)
+    usage = events[-1].usage  # type: ignore[union-attr]
+    assert usage is not None and usage.output_tokens > 0  # whisper's count (issue 49)
 
 
 def mono_wav() -> bytes:

@@ -6,6 +6,7 @@ reaches the model's prompt, the header it may write, the token counts)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from openai.types.audio import TranscriptionTextDoneEvent
 from qwen_asr import Qwen3ASRModel
 
 import speech
@@ -102,7 +104,21 @@ def test_the_stream_carries_logprobs_languages_and_the_whole_text(whisper: LiveS
     assert [lang.code for lang in done.languages] == ["en"]
     assert done.logprobs and joined(done.logprobs).strip() == done.text
     assert all(d.logprobs for d in deltas)
-    assert done.usage is None  # the SDK's done event has token usage only
+
+
+def test_the_streams_done_event_counts_whispers_tokens(whisper: LiveServer) -> None:
+    """The done event's `usage` (the SDK's type: tokens only), as Qwen's has (issue 49):
+    whisper's encoder positions (50 a second of audio) in, the tokens it wrote out."""
+    done = list(transcribe(whisper, stream=True))[-1]
+    assert done.type == "transcript.text.done" and "fox" in done.text.lower()
+    TranscriptionTextDoneEvent.model_validate(done.to_dict())  # strictly the SDK's type
+    usage = done.usage
+    assert usage is not None and usage.type == "tokens", done
+    seconds = sf.info(speech.path(CLIP)).duration
+    assert usage.input_token_details.audio_tokens == math.ceil(seconds * 50)
+    assert usage.input_tokens == usage.input_token_details.audio_tokens
+    assert usage.output_tokens >= len(done.text.split())  # at least a token a word
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
 
 
 def test_keywords_reach_whispers_decoder(whisper: LiveServer) -> None:

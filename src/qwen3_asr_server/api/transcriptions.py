@@ -14,16 +14,17 @@ from fastapi.responses import Response
 from loguru import logger
 
 from ..audio.decode import Audio
+from ..audio.pcm import SAMPLE_RATE
 from ..audio.vad import fill_no_speech_probs
 from ..errors import ModelLoadError
 from ..outputs.diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
 from ..outputs.formats import (
     diarized_segment_body,
+    done_usage,
     languages_body,
     logprobs_body,
     render,
     seed_language,
-    token_usage_body,
     words_body,
 )
 from ..text import join_texts
@@ -63,8 +64,8 @@ async def openai_events(
     ctx: AppContext, audio: Audio, options: Options
 ) -> AsyncIterator[dict[str, Any]]:
     """OpenAI's `transcript.text.delta` per segment, then `transcript.text.done` with the
-    whole text, the detected `languages`, the token `usage` (when the engine counts tokens:
-    the SDK's done event has no duration usage) and `logprobs` when asked for."""
+    whole text, the detected `languages`, the token `usage` (`done_usage`: the SDK's done
+    event has no duration usage) and `logprobs` when asked for."""
     full = ""
     parts = []
     wants_logprobs = options.request.logprobs
@@ -82,9 +83,10 @@ async def openai_events(
         "text": full,
         "languages": languages_body(spoken_languages(parts)),
     }
-    usage = merged_usage(parts)
+    segments = [s for p in parts for s in p.segments]
+    usage = done_usage(merged_usage(parts), segments, len(audio.samples) / SAMPLE_RATE)
     if usage is not None:
-        done["usage"] = {"type": "tokens", **token_usage_body(usage)}
+        done["usage"] = usage
     if wants_logprobs:
         done["logprobs"] = logprobs_body(merged_logprobs(parts))
     yield done
@@ -103,8 +105,9 @@ async def speaker_events(
         if whole is not None:
             done: dict[str, Any] = {"type": "transcript.text.done", "text": whole.text}
             done["languages"] = languages_body(whole.languages)
-            if whole.usage is not None:
-                done["usage"] = {"type": "tokens", **token_usage_body(whole.usage)}
+            usage = done_usage(whole.usage, whole.segments, whole.duration)
+            if usage is not None:
+                done["usage"] = usage
             yield done
 
 
@@ -241,6 +244,7 @@ async def channel_events(
 def done_event(result: Transcript) -> dict[str, Any]:
     done: dict[str, Any] = {"type": "transcript.text.done", "text": result.text}
     done["languages"] = languages_body(result.languages)
-    if result.usage is not None:
-        done["usage"] = {"type": "tokens", **token_usage_body(result.usage)}
+    usage = done_usage(result.usage, result.segments, result.duration)
+    if usage is not None:
+        done["usage"] = usage
     return done

@@ -40,6 +40,26 @@ def usage_body(usage: TokenUsage | None, duration: float) -> dict[str, Any]:
     return {"type": "tokens", **token_usage_body(usage)}
 
 
+WHISPER_AUDIO_TOKENS_PER_S = 50  # whisper's encoder: 1,500 positions per 30 s window
+
+
+def done_usage(
+    usage: TokenUsage | None, segments: list[Segment], duration: float
+) -> dict[str, Any] | None:
+    """A stream's `transcript.text.done` `usage` (the SDK's type has tokens only): the
+    engine's count (Qwen); else, when the segments carry the tokens whisper wrote, whisper's:
+    its encoder's 50 positions a second of audio in, those tokens out. None when neither
+    (a remote backend that sent no tokens)."""
+    if usage is None:
+        written = sum(len(s.tokens) for s in segments)
+        if not written:
+            return None
+        usage = TokenUsage(
+            audio_tokens=math.ceil(duration * WHISPER_AUDIO_TOKENS_PER_S), output_tokens=written
+        )
+    return {"type": "tokens", **token_usage_body(usage)}
+
+
 def token_usage_body(usage: TokenUsage) -> dict[str, Any]:
     return {
         "input_tokens": usage.input_tokens,
