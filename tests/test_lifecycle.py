@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +33,8 @@ class FakeEngine:
         self.loads = 0
         self.unloads = 0
         self.loaded = False
+        self.unloaded_at: list[float] = []  # monotonic, when each unload began
+        self.unload_gate: threading.Event | None = None  # an unload waits for it, when set
         self.lock = threading.Lock()
 
     def load(self) -> None:
@@ -46,12 +49,42 @@ class FakeEngine:
             self.loaded = True
 
     def unload(self) -> None:
+        self.unloaded_at.append(time.monotonic())
+        if self.unload_gate is not None:
+            self.unload_gate.wait(30)
         time.sleep(self.unload_seconds)
         self.unloads += 1
         self.loaded = False
 
     def transcribe(self, request: TranscribeRequest, should_stop: Any = None) -> TranscribeResult:
         return TranscribeResult(text="", language=None)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for `condition`, not for a guessed time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        await asyncio.sleep(0.005)
+
+
+def watched(manager: ModelManager) -> list[float]:
+    """The idle watchdog's checks, each as the idle time it saw: a test waits for checks made
+    past the idle timeout, however late a busy machine runs them, instead of sleeping."""
+    checks: list[float] = []
+    check = manager.unload_if_idle
+
+    async def counted() -> bool:
+        checks.append(manager.idle_for())
+        return await check()
+
+    manager.unload_if_idle = counted  # type: ignore[method-assign]
+    return checks
+
+
+async def past_timeout(manager: ModelManager, checks: list[float], count: int = 3) -> None:
+    """`count` watchdog checks made after the idle timeout had passed."""
+    await until(lambda: sum(idle >= manager.idle_timeout for idle in checks) >= count)
 
 
 async def test_single_flight_load_with_20_concurrent_users() -> None:
@@ -74,13 +107,11 @@ async def test_idle_unload_after_timeout() -> None:
     await manager.start()
     try:
         async with manager.use():
-            pass
+            released = time.monotonic()  # the last use ends after this
         assert manager.loaded
-        await asyncio.sleep(0.05)
-        assert manager.loaded  # not idle long enough yet
-        await asyncio.sleep(0.4)
+        await until(lambda: engine.unloads == 1)
         assert not manager.loaded
-        assert engine.unloads == 1
+        assert engine.unloaded_at[0] - released >= 0.2  # not idle long enough before
         async with manager.use():  # loads again on demand
             pass
         assert engine.loads == 2
@@ -93,8 +124,9 @@ async def test_no_unload_while_in_use() -> None:
     manager = ModelManager(engine, idle_timeout=0.1, check_interval=0.02)
     await manager.start()
     try:
+        checks = watched(manager)
         async with manager.use():
-            await asyncio.sleep(0.4)  # well past the idle timeout
+            await past_timeout(manager, checks)  # idle time counts from the load
             assert manager.loaded
             assert engine.unloads == 0
     finally:
@@ -106,15 +138,15 @@ async def test_no_unload_while_the_worker_is_busy() -> None:
     engine = FakeEngine()
     busy = True
     manager = ModelManager(engine, idle_timeout=0.05, busy=lambda: busy, check_interval=0.02)
+    checks = watched(manager)
     await manager.start()
     try:
         async with manager.use():
             pass
-        await asyncio.sleep(0.2)
+        await past_timeout(manager, checks)
         assert manager.loaded
         busy = False
-        await asyncio.sleep(0.2)
-        assert not manager.loaded
+        await until(lambda: not manager.loaded)
     finally:
         await manager.stop()
 
@@ -142,7 +174,7 @@ async def test_failed_load_gives_503_then_recovers() -> None:
     assert manager.last_error is not None
     assert not manager.loaded
     assert manager.users == 0
-    await asyncio.sleep(0.06)  # past the backoff
+    await until(lambda: manager.retry_in() == 0)  # past the backoff
     async with manager.use():
         pass
     assert manager.loaded
@@ -160,7 +192,7 @@ async def test_preload_loads_at_start() -> None:
 async def test_cancelled_waiter_neither_cancels_the_load_nor_starts_a_second() -> None:
     """A caller cancelled mid-load (timeout, disconnect, superseded partial): the load goes
     on, the next caller joins it, and the model is loaded exactly once and known loaded."""
-    engine = FakeEngine(load_seconds=0.3)
+    engine = GatedEngine()
     manager = ModelManager(engine, idle_timeout=0.5, check_interval=0.05)
     await manager.start()
     try:
@@ -170,22 +202,27 @@ async def test_cancelled_waiter_neither_cancels_the_load_nor_starts_a_second() -
                 pass
 
         first = asyncio.create_task(use())
-        await asyncio.sleep(0.1)
+        await until(lambda: manager.state == "loading")
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
         assert manager.state == "loading"
-        await use()  # joins the same load
+        second = asyncio.create_task(use())  # joins the same load
+        await until(lambda: manager.users == 1)
+        assert manager.state == "loading" and manager.load_attempts == 1
+        engine.gate.set()
+        await second
         assert engine.attempts == 1 and engine.loads == 1 and manager.loaded
         # The model is known loaded, so the idle watchdog gives it back.
-        await asyncio.sleep(0.8)
-        assert not manager.loaded and engine.unloads == 1
+        await until(lambda: engine.unloads == 1)
+        assert not manager.loaded
     finally:
+        engine.gate.set()
         await manager.stop()
 
 
 async def test_all_waiters_cancelled_the_load_still_completes() -> None:
-    engine = FakeEngine(load_seconds=0.2)
+    engine = GatedEngine()
     manager = ModelManager(engine, idle_timeout=0)
 
     async def use() -> None:
@@ -193,39 +230,48 @@ async def test_all_waiters_cancelled_the_load_still_completes() -> None:
             pass
 
     tasks = [asyncio.create_task(use()) for _ in range(3)]
-    await asyncio.sleep(0.05)
+    await until(lambda: manager.state == "loading" and manager.users == 3)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.sleep(0.3)
-    assert manager.loaded and engine.loads == 1 and engine.attempts == 1
+    assert all(task.cancelled() for task in tasks)
+    assert manager.state == "loading"  # the load goes on without them
+    engine.gate.set()
+    await until(lambda: manager.loaded)
+    assert engine.loads == 1 and engine.attempts == 1
     await manager.stop()
     assert engine.unloads == 1
 
 
 async def test_request_during_unload_waits_and_loads_again() -> None:
-    engine = FakeEngine(unload_seconds=0.3)
+    engine = FakeEngine()
+    engine.unload_gate = threading.Event()
     manager = ModelManager(engine, idle_timeout=0.05, check_interval=0.02)
     await manager.start()
     try:
         async with manager.use():
             pass
-        for _ in range(100):  # wait until the watchdog has begun the unload
-            if manager.state == "unloading":
-                break
-            await asyncio.sleep(0.01)
-        assert manager.state == "unloading"
-        async with manager.use() as used:
-            assert used.loaded  # type: ignore[attr-defined]  # never a torn-down engine
-            assert manager.loaded
+        await until(lambda: manager.state == "unloading")  # the watchdog began the unload
+
+        async def request() -> None:
+            async with manager.use() as used:
+                assert used.loaded  # type: ignore[attr-defined]  # never a torn-down engine
+                assert manager.loaded
+
+        waiting = asyncio.create_task(request())
+        await until(lambda: manager.users == 1)
+        assert manager.state == "unloading" and not waiting.done()  # it waits for the unload
+        engine.unload_gate.set()
+        await waiting
         assert engine.unloads == 1 and engine.loads == 2
     finally:
+        engine.unload_gate.set()
         await manager.stop()
 
 
 async def test_failed_load_answers_every_waiter_once_then_backs_off() -> None:
     engine = FakeEngine(load_seconds=0.1, failures=5)
-    manager = ModelManager(engine, idle_timeout=0, retry_backoff=0.3, max_backoff=1.0)
+    manager = ModelManager(engine, idle_timeout=0, retry_backoff=1.0, max_backoff=4.0)
 
     async def use() -> BaseException | None:
         try:
@@ -243,10 +289,10 @@ async def test_failed_load_answers_every_waiter_once_then_backs_off() -> None:
     assert engine.attempts == 1
     assert again.retry_after == 1
     assert "try to load the model again" in again.message
-    await asyncio.sleep(0.35)
+    await until(lambda: manager.retry_in() == 0)
     await use()
     assert engine.attempts == 2  # retried after the backoff, which now doubles
-    assert 0.4 < manager.retry_in() <= 0.6
+    assert 1.0 < manager.retry_in() <= 2.0
 
 
 async def test_the_backoff_stays_capped_after_very_many_failures() -> None:
@@ -375,7 +421,8 @@ async def test_requests_during_a_download_get_503_at_once_and_preload_loads_afte
         with pytest.raises(UnavailableError) as info:
             async with manager.use():
                 pass
-        assert time.monotonic() - started < 1  # never waits on the download
+        # never waits on the download (it would wait for load_timeout, 30 s)
+        assert time.monotonic() - started < 10
         assert info.value.code == "model_downloading" and http_status(info.value) == 503
         assert "40% done" in info.value.message and info.value.retry_after >= 1  # type: ignore[operator]
         assert engine.attempts == 0
