@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,10 @@ def test_telephony_audio_through_realtime_at_real_time_pace(server: LiveServer) 
     name = "three_sentences.wav"
     audio = np.concatenate([load(name), np.zeros(24000, np.float32)])
     ref = speech.transcripts()[name]
-    scores = {fmt: wer([ref], [realtime_transcript(server, fmt, audio, 3)]) for fmt in FORMATS}
+    # the four sessions at once, as four callers would: each is paced by its own clock
+    with ThreadPoolExecutor(len(FORMATS)) as pool:
+        heard = {fmt: pool.submit(realtime_transcript, server, fmt, audio, 3) for fmt in FORMATS}
+        scores = {fmt: wer([ref], [future.result()]) for fmt, future in heard.items()}
     logger.info("telephony WER: {}", scores)
     print("telephony WER:", scores)  # the numbers the issue asks for
     assert scores["pcm24"] <= 0.15, scores
