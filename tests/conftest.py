@@ -22,17 +22,11 @@ def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def qwen_settings(tiny_qwen_dir: Path):  # type: ignore[no-untyped-def]
     """Settings factory for a server on the tiny checkpoint (no .env file is read)."""
+    from helpers import tiny_qwen_settings
     from qwen3_asr_server.config import Settings
 
     def make(**overrides: object) -> Settings:
-        values: dict[str, object] = {
-            "model_id": str(tiny_qwen_dir),
-            "device": "cpu",
-            "max_new_tokens": 8,
-            "idle_timeout": 0,
-        }
-        values.update(overrides)
-        return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+        return tiny_qwen_settings(tiny_qwen_dir, **overrides)
 
     return make
 

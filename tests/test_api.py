@@ -16,6 +16,7 @@ import pytest
 
 from audio_files import av_bytes, encode_av, quiet_start_speech, wav_bytes
 from contract import check_error, check_transcription
+from helpers import tiny_qwen_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.config import Settings
 from qwen3_asr_server.engines import create_engine
@@ -30,8 +31,16 @@ def client_for(server: LiveServer, api_key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
 
+@pytest.fixture(scope="module")
+def server(tiny_qwen_dir: Path) -> Iterator[LiveServer]:
+    """One server, default settings, for the tests whose requests leave nothing another
+    test asserts on (a test that needs a fresh server's state takes `fresh_server`)."""
+    with live_server(create_app(tiny_qwen_settings(tiny_qwen_dir))) as srv:
+        yield srv
+
+
 @pytest.fixture
-def server(qwen_settings: SettingsFactory) -> Iterator[LiveServer]:
+def fresh_server(qwen_settings: SettingsFactory) -> Iterator[LiveServer]:
     with live_server(create_app(qwen_settings())) as srv:
         yield srv
 
@@ -249,7 +258,8 @@ def test_api_key(qwen_settings: SettingsFactory) -> None:
         assert [m.id for m in client_for(srv, "s3cret").models.list()][1] == "whisper-1"
 
 
-def test_models_list_and_health(server: LiveServer, tiny_qwen_dir: Path) -> None:
+def test_models_list_and_health(fresh_server: LiveServer, tiny_qwen_dir: Path) -> None:
+    server = fresh_server  # model_loaded and queue_depth of a server nothing has used yet
     models = client_for(server).models.list()
     ids = [m.id for m in models]
     assert ids == [str(tiny_qwen_dir), "whisper-1"]
@@ -298,12 +308,14 @@ def test_failed_load_is_503_with_a_fix_then_recovers(
 
 
 class SlowFirstCalls:
-    """Wraps the real engine; its first `slow` transcriptions sleep first."""
+    """Wraps the real engine; its first `slow` transcriptions wait for `gate` first (the
+    test opens it once it has seen what it waits for; `seconds` is only a backstop)."""
 
-    def __init__(self, engine: Any, slow: int, seconds: float) -> None:
+    def __init__(self, engine: Any, slow: int, seconds: float = 60.0) -> None:
         self.inner = engine
         self.slow = slow
         self.seconds = seconds
+        self.gate = threading.Event()
         self.lock = threading.Lock()
         self.name, self.model_id = engine.name, engine.model_id
 
@@ -312,9 +324,10 @@ class SlowFirstCalls:
 
     def _wait(self) -> None:
         with self.lock:
-            delay = self.seconds if self.slow > 0 else 0.0
+            held = self.slow > 0
             self.slow -= 1
-        time.sleep(delay)
+        if held:
+            self.gate.wait(self.seconds)
 
     def transcribe(self, request: Any, should_stop: Any = None) -> Any:
         self._wait()
@@ -328,26 +341,38 @@ class SlowFirstCalls:
         self.inner.decode_rows(source)
 
 
+def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Wait for `condition`, not for a guessed time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        time.sleep(0.01)
+
+
 def test_timeout_is_504_and_the_next_request_succeeds(qwen_settings: SettingsFactory) -> None:
-    settings = qwen_settings(request_timeout=0.5, preload=True)  # a load may take longer
-    engine = SlowFirstCalls(create_engine(settings), slow=0, seconds=1.5)
+    # the held call cannot finish in time whatever the machine's speed; the others (a 0.5 s
+    # clip on the tiny checkpoint: ~0.1 s) have room on a busy one
+    settings = qwen_settings(request_timeout=3.0, preload=True)  # a load may take longer
+    engine = SlowFirstCalls(create_engine(settings), slow=0)
     with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
         client = client_for(srv)
         transcribe(client, wav_bytes(0.5), language="en")  # warm: load outside the timeout
         engine.slow = 1
-        with pytest.raises(openai.APIStatusError) as info:
-            transcribe(client, wav_bytes(0.5))
-        assert_openai_error(info.value, 504, None)
+        try:
+            with pytest.raises(openai.APIStatusError) as info:
+                transcribe(client, wav_bytes(0.5))
+            assert_openai_error(info.value, 504, None)
+            assert srv.ctx.scheduler.busy  # the held job still runs after its 504
+        finally:
+            engine.gate.set()
         # the abandoned job finishes (its result is dropped): wait for that, not a guess
-        deadline = time.monotonic() + 60
-        while (srv.ctx.scheduler.busy or srv.ctx.scheduler.depth) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: not (srv.ctx.scheduler.busy or srv.ctx.scheduler.depth))
         assert isinstance(transcribe(client, wav_bytes(0.5)).text, str)
 
 
 def test_queue_full_is_503_with_retry_after(qwen_settings: SettingsFactory) -> None:
     settings = qwen_settings(max_queue=1)
-    engine = SlowFirstCalls(create_engine(settings), slow=0, seconds=1.0)
+    engine = SlowFirstCalls(create_engine(settings), slow=0)
     with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
         client = client_for(srv)
         transcribe(client, wav_bytes(0.5))  # load
@@ -357,11 +382,16 @@ def test_queue_full_is_503_with_retry_after(qwen_settings: SettingsFactory) -> N
             threading.Thread(target=lambda: results.append(transcribe(client, wav_bytes(0.5))))
             for _ in range(2)
         ]
-        for t in threads:  # one running, one queued
-            t.start()
-            time.sleep(0.3)
-        with pytest.raises(openai.InternalServerError) as info:
-            transcribe(client, wav_bytes(0.5))
+        scheduler = srv.ctx.scheduler
+        try:
+            threads[0].start()
+            until(lambda: scheduler.busy)  # one running (held at the gate)
+            threads[1].start()
+            until(lambda: scheduler.depth == 1)  # one queued
+            with pytest.raises(openai.InternalServerError) as info:
+                transcribe(client, wav_bytes(0.5))
+        finally:
+            engine.gate.set()
         assert info.value.status_code == 503
         assert info.value.response.headers["retry-after"] == "1"
         assert check_error(info.value.response.json())["code"] == "queue_full"
