@@ -135,15 +135,21 @@ def test_reset_finalizes_and_acknowledges_after_the_final(server: LiveServer) ->
     assert normalize(got[0].removeprefix("final:")).startswith("the children")
 
 
-def test_reset_with_nothing_buffered_is_answered_by_a_final(server: LiveServer) -> None:
-    """Every flush and reset is answered by one final (docs/REALTIME.md), a reset right
-    after connecting too (issue 41: it got only buffer_reset)."""
+def test_reset_with_nothing_buffered_is_answered_by_buffer_reset_alone(
+    server: LiveServer,
+) -> None:
+    """As the old server: its clients send reset and read exactly one message, which must
+    be buffer_reset (issue 49: an empty final came first). A flush after it is still
+    answered by a final, so the reply to the resets is complete when it arrives."""
     with open_ws(server.url) as ws:
+        json.loads(ws.recv(timeout=10))  # connected
+        ws.send(json.dumps({"action": "reset"}))
+        assert json.loads(ws.recv(timeout=10)) == {"status": "buffer_reset"}  # the old client
         c = Collector(ws)
         ws.send(json.dumps({"action": "reset"}))
-        ws.send(json.dumps({"action": "reset"}))
-        assert c.wait_for(lambda c: answers(c).count("reset") == 2, timeout=10), c.messages
-    assert answers(c) == ["final:", "reset", "final:", "reset"]
+        ws.send(json.dumps({"action": "flush"}))
+        assert c.wait_for(lambda c: c.finals(), timeout=10), c.messages
+    assert answers(c) == ["reset", "final:"]
 
 
 def test_odd_sized_messages_give_the_same_final(server: LiveServer) -> None:
@@ -367,5 +373,14 @@ def test_every_flush_gets_one_final() -> None:
     assert texts(final("", "flush", [])) == [""]
     # a reset's final is followed by its acknowledgement, in the order the actions came
     assert texts(final("hi", "reset", ["flush"])) == ["hi", "buffer_reset", ""]
-    assert texts(final("", "silence", ["flush", "reset"])) == ["", "", "buffer_reset"]
+    assert texts(final("", "reset", [])) == ["", "buffer_reset"]  # its own audio's final
+    # a reset that only answers a pending final gets no empty final of its own (issue 49)
+    assert texts(final("", "silence", ["flush", "reset"])) == ["", "buffer_reset"]
+    assert texts(final("hi", "flush", ["reset"])) == ["hi", "buffer_reset"]
+    assert texts(final("hi", "silence", ["reset", "reset"])) == [
+        "hi",
+        "buffer_reset",
+        "buffer_reset",
+    ]
+    assert texts(final("", "silence", ["reset", "flush"])) == ["buffer_reset", ""]
     assert answered(final("", "silence", ["flush", "flush"])) == ["flush", "flush"]

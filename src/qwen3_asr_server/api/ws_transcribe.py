@@ -102,16 +102,23 @@ def answered(event: Final | FinalFailed) -> list[str]:
 
 
 def answer_messages(event: Final | FinalFailed) -> list[dict[str, Any]]:
-    """One final per action answered (the first carries the text, the others are empty;
-    an error first for a failed one), each reset's followed by buffer_reset. A final with
-    text that answers nothing is still sent; an empty one that answers nothing is not."""
+    """The messages a final (or its failure, after its error) answers with, in the order the
+    actions came: a final for each flush (the first final carries the text, later ones are
+    empty) and a buffer_reset for each reset, after the final if one is sent. A reset gets a
+    final only for the audio it committed itself, or to carry text; never an extra empty
+    one (the old server's clients read one reply to a reset). A final with text that
+    answers nothing is still sent; an empty one that answers nothing is not."""
     actions: list[str | None] = list(answered(event))
     text = event.text if isinstance(event, Final) else ""
     if not actions and text:
         actions = [None]
     messages: list[dict[str, Any]] = []
+    sent = False  # the final carrying the text went out
     for i, action in enumerate(actions):
-        messages.append({"text": text if i == 0 else "", **FINAL_MARK})
+        own = i == 0 and event.reason == "reset"  # the reset committed this audio itself
+        if action != "reset" or own or (text and not sent):
+            messages.append({"text": "" if sent else text, **FINAL_MARK})
+            sent = True
         if action == "reset":
             messages.append(BUFFER_RESET)
     return messages
@@ -140,7 +147,7 @@ def to_seed(event: StreamEvent) -> list[tuple[dict[str, Any], bool]]:
         case Final():
             return [(message, False) for message in answer_messages(event)]
         case FinalFailed():
-            # then an empty final for each action it answers: a client waits for its final
+            # then what it answers (an empty final per flush): a client waits for its answer
             answers = answer_messages(event)
             return [(final_error(event), False), *((m, False) for m in answers)]
     return []
@@ -270,9 +277,9 @@ async def handle_action(
         return
     if isinstance(action, FlushAction | ResetAction):
         # The answer comes after every final still pending, in order: the action's own
-        # final, else the pending one (sent even if empty), else, with nothing at all
-        # buffered, an empty final at once. A reset's final is followed by buffer_reset.
-        # A multichannel stream answers once per channel.
+        # final, else the pending one (a flush's sent even if empty), else, with nothing at
+        # all buffered, an empty final at once for a flush and only buffer_reset for a
+        # reset (as the old server). A multichannel stream answers once per channel.
         await ingest.drain(session)
         if isinstance(session, ChannelGroup):
             await session.release()
@@ -281,9 +288,8 @@ async def handle_action(
             channel = c if len(lanes) > 1 else None
             item = await (lane.flush() if name == "flush" else lane.reset())
             if item is None and not lane.answer_pending(name):
-                await outbox.put(tagged({"text": "", **FINAL_MARK}, channel))
-                if name == "reset":
-                    await outbox.put(tagged(BUFFER_RESET, channel))
+                nothing = BUFFER_RESET if name == "reset" else {"text": "", **FINAL_MARK}
+                await outbox.put(tagged(nothing, channel))
     else:
         changes: dict[str, Any] = {}
         sent = {
