@@ -69,6 +69,33 @@ async def test_a_segment_leaves_once_no_channel_can_precede_it() -> None:
     assert sorted(kept) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
+async def test_a_segment_at_a_channels_frontier_waits_for_that_channel() -> None:
+    """A tie: channel 1 has a segment at 2.0 s, and channel 0's part so far ends at 2.0 s,
+    so channel 0 may still start one at 2.0 s. Channel 1's waits, and channel 0's goes
+    first (channel order on a tie), whatever order the parts arrive in."""
+    a = [part(0, 0, 2, 0.5), part(1, 2, 10, 2.0)]
+    b = [part(0, 0, 5, 2.0)]
+    for segment in b[0].segments:
+        segment.text = "b " + segment.text
+    gates = {"a": [asyncio.Event(), asyncio.Event()], "b": [asyncio.Event()]}
+    merged = in_time_order([channel(a, gates["a"]), channel(b, gates["b"])], lambda c, p: None)
+    out: list[str] = []
+
+    async def read() -> None:
+        async for segment in merged:
+            out.append(segment.text)
+
+    reader = asyncio.create_task(read())
+    gates["a"][0].set()
+    gates["b"][0].set()
+    for _ in range(20):  # let the merge take what is ready (no timers)
+        await asyncio.sleep(0)
+    assert out == ["at 0.5"]  # b's 2.0 waits: a's next part starts at 2.0
+    gates["a"][1].set()
+    await asyncio.wait_for(reader, 5)
+    assert out == ["at 0.5", "at 2", "b at 2"]
+
+
 async def test_a_failing_channel_fails_the_merge_and_stops_the_other() -> None:
     stopped = asyncio.Event()
 
