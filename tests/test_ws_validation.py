@@ -233,6 +233,22 @@ REALTIME_BAD = [
         "invalid_audio",
         "audio",
     ),
+    # issue 49: a lone surrogate closed the socket (its echo could not be encoded); JSON
+    # nested deeper than the parser's recursion limit did too (RecursionError)
+    (
+        "lone surrogate",
+        ga_input(transcription={"prompt": "caf\ud83d"}),
+        "invalid_value",
+        f"{GA_INPUT}.transcription.prompt",
+    ),
+    (
+        "lone surrogate in a beta update",
+        beta_update(input_audio_transcription={"keywords": ["ok", "\udc00"]}),
+        "invalid_value",
+        "session.input_audio_transcription.keywords.1",
+    ),
+    ("nested deep", "[" * 50000 + "]" * 50000, "invalid_json", None),
+    ("objects nested deep", '{"a":' * 50000 + "1" + "}" * 50000, "invalid_json", None),
 ]
 
 
@@ -483,6 +499,16 @@ TRANSCRIBE_BAD = [
         json.dumps({"action": "config", "language": "xx"}),
         "UNSUPPORTED_LANGUAGE",
     ),
+    # issue 49: these closed the socket
+    ("lone surrogate", json.dumps({"action": "config", "prompt": "caf\ud83d"}), "INVALID_VALUE"),
+    (
+        "lone surrogate in keywords",
+        json.dumps({"action": "config", "keywords": ["\udc00"]}),
+        "INVALID_VALUE",
+    ),
+    ("lone surrogate key", json.dumps({"action": "config", "\ud800": 1}), "INVALID_VALUE"),
+    ("nested deep", "[" * 50000 + "]" * 50000, "INVALID_JSON"),
+    ("objects nested deep", '{"a":' * 50000 + "1" + "}" * 50000, "INVALID_JSON"),
 ]
 
 

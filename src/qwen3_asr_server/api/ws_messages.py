@@ -93,6 +93,7 @@ ACTIONS: Mapping[str, type[TranscribeAction]] = MappingProxyType(
 def parse_action(text: str) -> TranscribeAction:
     """A /ws/transcribe text message -> its action model, or MessageError."""
     data = load_object(text)
+    check_strings(data)
     name = data.get("action")
     if not isinstance(name, str):
         raise MessageError(
@@ -280,9 +281,10 @@ def parse_realtime_event(text: str) -> RealtimeEvent:
     """A /v1/realtime client event -> its model, or MessageError carrying the event_id."""
     data = load_object(text)
     event_id = data.get("event_id")
-    event_id = event_id if isinstance(event_id, str) else None
+    event_id = event_id if isinstance(event_id, str) and unicode_ok(event_id) else None
     kind = data.get("type")
     try:
+        check_strings(data)
         if not isinstance(kind, str):
             raise MessageError("invalid_event", 'Events need a string "type".', "type")
         model = REALTIME_EVENTS.get(kind)
@@ -300,13 +302,37 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def load_object(text: str) -> dict[str, Any]:
+    """A JSON object, or MessageError: invalid_json (not JSON, or nested deeper than the
+    parser's recursion limit), invalid_event (not an object)."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise MessageError("invalid_json", "Text messages must be JSON.") from None
     if not isinstance(data, dict):
         raise MessageError("invalid_event", "Text messages must be JSON objects.")
     return data
+
+
+def unicode_ok(text: str) -> bool:
+    """False for a string with a lone surrogate (`"\\ud83d"` in JSON): not UTF-8, it can be
+    neither echoed nor tokenized."""
+    return text.isascii() or re.search("[\ud800-\udfff]", text) is None
+
+
+def check_strings(data: Any) -> None:
+    """MessageError (invalid_value, naming the parameter) for the first key or string that
+    is not valid Unicode. Iterative: a message as deep as the parser allows is no risk."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str) and not unicode_ok(value):
+            where = path or "a key"
+            raise MessageError("invalid_value", f"{where}: not valid Unicode.", path or None)
+        if isinstance(value, dict | list):
+            pairs = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in pairs:  # a bad key is reported at its object's path
+                named = f"{path}.{key}" if path else str(key)
+                stack.append((item, named) if unicode_ok(str(key)) else (key, path))
 
 
 def validate(model: type[M], data: dict[str, Any]) -> M:
