@@ -4,6 +4,7 @@ they expire; minted with the real API key, driven by the openai SDK against a re
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -195,8 +196,16 @@ def test_a_secret_opens_nothing_else(server: LiveServer) -> None:
 
 
 def post(srv: LiveServer, body: Any, key: str = KEY) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {key}"}
-    return httpx.post(srv.url + "/v1/realtime/client_secrets", json=body, headers=headers)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    content = json.dumps(body).encode()  # (a lone surrogate as JSON's escape, as sent)
+    return httpx.post(srv.url + "/v1/realtime/client_secrets", content=content, headers=headers)
+
+
+TRANSCRIPTION = "session.audio.input.transcription"
+
+
+def transcription(settings: dict[str, Any] | None) -> dict[str, Any]:
+    return {"session": {"audio": {"input": {"transcription": settings}}}}
 
 
 @pytest.mark.slow
@@ -218,6 +227,12 @@ def post(srv: LiveServer, body: Any, key: str = KEY) -> httpx.Response:
             "session.audio.input.transcription.language",
         ),
         ({"expires_in": 60}, "expires_in"),
+        # checked as a session.update's (issue 49: these were minted, and every connection
+        # with them failed and kept its seat)
+        (transcription({"keywords": [f"w{i}" for i in range(150)]}), f"{TRANSCRIPTION}.keywords"),
+        (transcription({"languages": ["en", "de"]}), f"{TRANSCRIPTION}.languages"),
+        (transcription(None), TRANSCRIPTION),
+        (transcription({"prompt": "caf\ud83d"}), f"{TRANSCRIPTION}.prompt"),
     ],
 )
 def test_bad_requests_get_a_clear_400(server: LiveServer, body: Any, param: str) -> None:
@@ -261,3 +276,31 @@ def test_without_an_api_key_minting_works_and_any_key_opens_realtime() -> None:
         assert secret.value.startswith("ek_")
         assert realtime_opens(srv, secret.value)
         assert realtime_opens(srv, "unused")
+
+
+@pytest.mark.slow
+def test_a_session_whose_secret_config_fails_gives_its_seat_back() -> None:
+    """Whatever fails after a session takes its seat releases it (issue 49: a secret whose
+    config failed on connect dropped the socket and kept the seat; WS_MAX_SESSIONS=2 such
+    attempts locked every stream out). The bad config goes into the store directly, as
+    no request can mint one any more."""
+    with live_server(create_app(whisper_settings(api_key=KEY, ws_max_sessions=2))) as srv:
+        bad = {
+            "type": "transcription",
+            **transcription({"keywords": [f"w{i}" for i in range(150)]})["session"],
+        }
+        value, _ = srv.ctx.client_secrets.mint(600, bad)
+        for _ in range(3):
+            with client(srv, value).realtime.connect(
+                extra_query={"intent": "transcription"}
+            ) as conn:
+                event = conn.recv()
+                assert event.type == "error", event
+                assert event.error.param == f"{TRANSCRIPTION}.keywords"
+                with pytest.raises(ConnectionClosed):
+                    conn.recv()
+        deadline = time.monotonic() + 30
+        while len(srv.ctx.sessions) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.get("/health").json()["streaming_sessions"] == 0
+        assert realtime_opens(srv, KEY) and realtime_opens(srv, KEY)

@@ -15,9 +15,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BadRequestError, ServiceError
+from ..errors import BadRequestError
 from .deps import AppContext, get_ctx, require_api_key
-from .ws_messages import MessageError, SessionConfig, validate
+from .realtime_session import RealtimeState
+from .ws_common import base_config
+from .ws_messages import MessageError, SessionConfig, check_strings, validate
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -42,9 +44,16 @@ class ClientSecretRequest(BaseModel):
 
 def transcription_session(ctx: AppContext, given: dict[str, Any] | None) -> dict[str, Any]:
     """The request's session config, checked: a transcription session (`type` may be left
-    out) with `audio` as a session.update's `session.audio` (its language one the model
-    knows) and `include`. Raises BadRequestError naming the parameter."""
+    out) with `audio` and `include` as a session.update's, checked as one is (the decoding
+    fields too: the model's languages, keywords, no null transcription), so that a session
+    opened with the secret never fails on them. Raises BadRequestError naming the
+    parameter."""
     given = given or {}
+    try:
+        check_strings(given)  # before anything echoes what the client sent
+    except MessageError as exc:
+        param = f"session.{exc.param}" if exc.param else "session"
+        raise BadRequestError(f"session.{exc.message}", param=param, code=exc.code) from None
     kind = given.get("type", "transcription")
     if kind != "transcription":
         raise BadRequestError(
@@ -72,22 +81,18 @@ def transcription_session(ctx: AppContext, given: dict[str, Any] | None) -> dict
             code="invalid_value",
         )
     session: dict[str, Any] = {"type": "transcription"}
-    if "audio" in given:
-        try:
-            config = validate(SessionConfig, {"audio": given["audio"]})
-        except MessageError as exc:
-            param = f"session.{exc.param}" if exc.param else "session.audio"
-            raise BadRequestError(f"session.{exc.message}", param=param, code=exc.code) from None
-        audio = config.model_dump(mode="json", exclude_unset=True).get("audio")
-        if audio is not None:
-            session["audio"] = audio
-        transcription = ((audio or {}).get("input") or {}).get("transcription") or {}
-        if transcription.get("language") is not None:
-            try:
-                ctx.transcriber.resolve_language(transcription["language"])
-            except ServiceError as exc:
-                param = "session.audio.input.transcription.language"
-                raise BadRequestError(exc.message, param=param, code=exc.code) from None
+    try:
+        config = validate(SessionConfig, {"audio": given.get("audio"), "include": include})
+    except MessageError as exc:
+        param = f"session.{exc.param}" if exc.param else "session"
+        raise BadRequestError(f"session.{exc.message}", param=param, code=exc.code) from None
+    audio = config.model_dump(mode="json", exclude_unset=True).get("audio")
+    if audio is not None:
+        session["audio"] = audio
+    try:  # what a session.update with this config would do (the decoding checked too)
+        RealtimeState("mint", base_config(ctx, False), 0.0).apply(ctx, config)
+    except MessageError as exc:
+        raise BadRequestError(exc.message, param=exc.param, code=exc.code) from None
     if include:
         session["include"] = list(dict.fromkeys(include))
     return session

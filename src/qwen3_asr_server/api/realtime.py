@@ -30,6 +30,7 @@ from .ws_common import (
     choose_subprotocol,
     new_session,
     register,
+    release,
     serve_session,
     websocket_api_key_ok,
 )
@@ -78,13 +79,21 @@ async def realtime(websocket: WebSocket) -> None:
         await websocket.send_json(error_event(refused, "too_many_sessions"))
         await websocket.close(1013)
         return
-    secret = granted_secret(websocket.scope)
-    if secret is not None:  # a client secret's session config is the session's defaults
-        minted = {k: v for k, v in secret.session.items() if k in ("audio", "include")}
-        session.configure(**state.apply(ctx, SessionConfig.model_validate(minted)))
-        state.config = session.config
-    created = {"type": "session.created", "event_id": event_id(), "session": state.describe(False)}
-    await outbox.put(created)
+    try:  # from here on, whatever fails gives the seat back and ends the session's tasks
+        secret = granted_secret(websocket.scope)
+        if secret is not None:  # a client secret's session config is the session's defaults
+            minted = {k: v for k, v in secret.session.items() if k in ("audio", "include")}
+            session.configure(**state.apply(ctx, SessionConfig.model_validate(minted)))
+            state.config = session.config
+        described = state.describe(False)
+        await outbox.put({"type": "session.created", "event_id": event_id(), "session": described})
+    except BaseException as exc:
+        if isinstance(exc, MessageError):  # (checked when minted: not expected)
+            await outbox.put(error_event(exc.message, exc.code, None, exc.param))
+        await release(ctx, websocket, session, outbox, "rejected", state.audio)
+        if isinstance(exc, MessageError):
+            return
+        raise
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         text = received.get("text")

@@ -230,14 +230,28 @@ async def serve_session(
     except Exception as exc:  # a broken socket must not lose the buffered audio
         logger.opt(exception=exc).warning("websocket loop ended")
     finally:
-        # The session counts toward WS_MAX_SESSIONS until its last final is delivered or
-        # dropped: audio it received is still transcribed even if the client is gone.
-        try:
+        await release(ctx, websocket, session, outbox, reason, ingest)
+
+
+async def release(
+    ctx: AppContext,
+    websocket: WebSocket,
+    session: StreamSession | ChannelGroup,
+    outbox: Outbox,
+    reason: str,
+    ingest: PcmIngest | None = None,
+) -> None:
+    """End a registered session: its buffered audio transcribed, its finals sent, its
+    tasks done, the socket closed and, whatever fails, its seat given back. The session
+    counts toward WS_MAX_SESSIONS until its last final is delivered or dropped: audio it
+    received is still transcribed even if the client is gone."""
+    try:
+        if ingest is not None:
             with contextlib.suppress(Exception):
                 await ingest.drain(session)
-            await session.close(reason)
-            await outbox.close()
-            with contextlib.suppress(Exception):
-                await websocket.close()
-        finally:
-            ctx.sessions.remove(session)
+        await session.close(reason)
+        await outbox.close()
+        with contextlib.suppress(Exception):
+            await websocket.close()
+    finally:
+        ctx.sessions.remove(session)
