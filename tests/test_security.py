@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,28 +69,35 @@ def raw_request(
     return int(status_line.split()[1]), headers, rest
 
 
-@pytest.mark.slow
-def test_a_request_without_the_key_gets_401_before_its_body_is_sent() -> None:
-    """50 MB declared, 1 kB sent: the 401 comes at once (the body was never waited for)."""
+@pytest.fixture(scope="module")
+def keyed() -> Iterator[LiveServer]:
+    """API_KEY set, nothing else; the tests on it leave nothing another asserts on."""
     with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
-        head = {
-            "Content-Type": "multipart/form-data; boundary=xyz",
-            "Content-Length": str(50_000_000),
-            "X-Request-ID": "rid-early-401",
-        }
-        for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
-            started = time.monotonic()
-            status, headers, body = raw_request(srv, {**head, **auth}, PART, 10)
-            assert time.monotonic() - started < 5
-            assert status == 401
-            assert headers["x-request-id"] == "rid-early-401"
-            assert headers["content-type"] == "application/json"
-            error = json.loads(body)["error"]
-            assert set(error) == {"message", "type", "param", "code"}
-            assert error["code"] == "invalid_api_key"
-        # With the key the server does wait for the rest of the body.
-        with pytest.raises(TimeoutError):
-            raw_request(srv, {**head, "Authorization": f"Bearer {KEY}"}, PART, 1.5)
+        yield srv
+
+
+@pytest.mark.slow
+def test_a_request_without_the_key_gets_401_before_its_body_is_sent(keyed: LiveServer) -> None:
+    """50 MB declared, 1 kB sent: the 401 comes at once (the body was never waited for)."""
+    srv = keyed
+    head = {
+        "Content-Type": "multipart/form-data; boundary=xyz",
+        "Content-Length": str(50_000_000),
+        "X-Request-ID": "rid-early-401",
+    }
+    for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        started = time.monotonic()
+        status, headers, body = raw_request(srv, {**head, **auth}, PART, 10)
+        assert time.monotonic() - started < 5
+        assert status == 401
+        assert headers["x-request-id"] == "rid-early-401"
+        assert headers["content-type"] == "application/json"
+        error = json.loads(body)["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["code"] == "invalid_api_key"
+    # With the key the server does wait for the rest of the body.
+    with pytest.raises(TimeoutError):
+        raw_request(srv, {**head, "Authorization": f"Bearer {KEY}"}, PART, 1.5)
 
 
 def http_routes(srv: LiveServer) -> set[tuple[str, str]]:
@@ -135,21 +143,21 @@ def test_only_the_listed_routes_are_open_and_a_new_route_needs_the_key() -> None
 
 
 @pytest.mark.slow
-def test_a_client_secret_opens_no_http_route() -> None:
+def test_a_client_secret_opens_no_http_route(keyed: LiveServer) -> None:
     """An `ek_` key (POST /v1/realtime/client_secrets) opens the /v1/realtime WebSocket
     only: on every HTTP route it is a wrong key, client_secrets itself included."""
-    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
-        minted = httpx.post(
-            srv.url + "/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"}
-        )
-        secret = minted.json()["value"]
-        assert secret.startswith("ek_")
-        auth = {"Authorization": f"Bearer {secret}"}
-        for route in sorted(http_routes(srv) - OPEN):
-            response = httpx.request(route[0], srv.url + route[1], headers=auth, timeout=30)
-            assert response.status_code == 401, route
-            error = response.json()["error"]
-            assert error["code"] == "invalid_api_key" and "client secret" in error["message"]
+    srv = keyed
+    minted = httpx.post(
+        srv.url + "/v1/realtime/client_secrets", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    secret = minted.json()["value"]
+    assert secret.startswith("ek_")
+    auth = {"Authorization": f"Bearer {secret}"}
+    for route in sorted(http_routes(srv) - OPEN):
+        response = httpx.request(route[0], srv.url + route[1], headers=auth, timeout=30)
+        assert response.status_code == 401, route
+        error = response.json()["error"]
+        assert error["code"] == "invalid_api_key" and "client secret" in error["message"]
 
 
 def preflight(srv: LiveServer, origin: str) -> httpx.Response:

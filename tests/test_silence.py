@@ -5,7 +5,7 @@ Qwen. Before, whisper-tiny.en heard "You" in 5 s of silence and Qwen its random 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -69,15 +69,22 @@ def test_voice_detection_tells_speech_from_silence() -> None:
     assert not may_hold_speech(vad, SILENT["room noise at -50 dB"])
 
 
-@pytest.mark.parametrize("name", list(SILENT))
-def test_a_silent_upload_answers_empty_text_on_whisper(name: str) -> None:
+@pytest.fixture(scope="module")
+def whisper_server() -> Iterator[LiveServer]:
     with live_server(create_app(whisper_settings())) as srv:
-        body = post(srv, SILENT[name])
-        assert body["text"] == "" and body["segments"] == [], body
-        assert body["duration"] == pytest.approx(5.0, abs=0.01)
-        # speech after the same silence is still heard
-        body = post(srv, np.concatenate([SILENT[name], sentence()]))
-        assert "please call me" in body["text"].lower(), body
+        yield srv
+
+
+@pytest.mark.parametrize("name", list(SILENT))
+def test_a_silent_upload_answers_empty_text_on_whisper(
+    whisper_server: LiveServer, name: str
+) -> None:
+    body = post(whisper_server, SILENT[name])
+    assert body["text"] == "" and body["segments"] == [], body
+    assert body["duration"] == pytest.approx(5.0, abs=0.01)
+    # speech after the same silence is still heard
+    body = post(whisper_server, np.concatenate([SILENT[name], sentence()]))
+    assert "please call me" in body["text"].lower(), body
 
 
 def test_a_silent_upload_answers_empty_text_on_qwen(
