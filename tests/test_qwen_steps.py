@@ -187,6 +187,67 @@ def test_a_row_too_long_for_the_cache_is_decoded_alone(
         small.unload()
 
 
+def test_a_too_long_row_that_fails_fails_alone(tiny_qwen_dir: Path, generate: QwenEngine) -> None:
+    """A row too long for the cache is decoded by `generate`; when that fails (here: its
+    caller has gone), only that row hears it. The row prefilled beside it decodes on."""
+    small = engine(tiny_qwen_dir, "steps", rows=2, kv_tokens=256)
+    try:
+        long = TranscribeRequest(audio=np.concatenate(clips()))
+        short = requests()[1]
+        source = Recorder([long, short])
+        source.gone_after[0] = 0  # the long row's caller left before it started
+        small.decode_rows(source)
+        assert isinstance(source.results[0], JobCancelledError), source.results
+        result = source.results[1]
+        assert isinstance(result, TranscribeResult), result
+        same(result, generate.transcribe(short))
+    finally:
+        small.unload()
+
+
+class Answers(Recorder):
+    """A Recorder that keeps every answer each row got (a row is answered once)."""
+
+    def __init__(self, items: list[TranscribeRequest]) -> None:
+        super().__init__(items)
+        self.answers: dict[int, list[TranscribeResult | Exception]] = {}
+
+    def done(
+        self, handle: object, result: TranscribeResult | None, error: Exception | None
+    ) -> None:
+        super().done(handle, result, error)
+        assert isinstance(handle, int)
+        self.answers.setdefault(handle, []).append(self.results[handle])
+
+
+def test_a_failed_prefill_leaves_no_row_behind(steps: QwenEngine) -> None:
+    """The prefill fails after the first rows taken are in the cache (the forward's end
+    failed, as a CUDA error would): every row taken hears that error, once, and none is
+    left in the cache to decode on; the next call decodes as before the failure."""
+    items = requests()[:2]  # two lengths: two prefill forwards
+    before = [steps.transcribe(r) for r in items]
+    decoder = steps._decoder
+    assert decoder is not None
+    prefill = decoder.prefill
+
+    def fails(rows):  # type: ignore[no-untyped-def]
+        prefill(rows)  # the rows are in the cache ...
+        raise RuntimeError("CUDA error: an illegal memory access")  # ... and then this
+
+    decoder.prefill = fails  # type: ignore[method-assign]
+    try:
+        source = Answers(items)
+        steps.decode_rows(source)
+    finally:
+        del decoder.prefill
+    assert decoder.rows == []
+    for handle in range(len(items)):
+        answers = source.answers[handle]
+        assert len(answers) == 1 and isinstance(answers[0], RuntimeError), answers
+    for request, result in zip(items, before, strict=True):
+        same(steps.transcribe(request), result)
+
+
 def test_buckets() -> None:
     assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 31, 33)] == [1, 2, 4, 8, 8, 16, 32, 64]
 
@@ -260,10 +321,11 @@ def test_a_failing_caller_check_leaves_the_cache_empty(steps: QwenEngine) -> Non
     def explode() -> bool:
         raise RuntimeError("failure mid-decode")
 
+    before = steps.transcribe(requests()[1])
     with pytest.raises(RuntimeError):
         steps.transcribe(requests()[0], explode)
     assert steps._decoder is not None and steps._decoder.rows == []
-    same(steps.transcribe(requests()[1]), steps.transcribe(requests()[1]))
+    same(steps.transcribe(requests()[1]), before)  # as before the failure
 
 
 def test_prefill_groups_keep_lengths_alike_and_forwards_bounded() -> None:
