@@ -142,6 +142,33 @@ def test_bad_multichannel_requests_name_the_field(
     assert response.json()["error"]["param"] == param
 
 
+def test_without_voice_detection_a_call_is_transcribed_channel_by_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Silero VAD is an optional extra (issue 49: the fallback had no test). Without it, a
+    multichannel upload's channels are cut as mono files are, not a 500; every channel's
+    words are still on it."""
+    from qwen3_asr_server.audio import vad
+    from qwen3_asr_server.errors import ModelLoadError
+
+    def absent() -> None:
+        raise ModelLoadError("Silero VAD is not installed")
+
+    monkeypatch.setattr(vad, "silero_onnx_path", absent)
+    audio, _ = call()
+    with live_server(create_app(whisper_settings())) as srv:
+        body = client(srv).audio.transcriptions.create(
+            model="whisper-1",
+            file=("call.wav", audio),
+            response_format="verbose_json",
+            extra_body={"multichannel": "true", "channel_names": NAMES},
+        )
+    segments: list[Any] = body.segments or []
+    for channel, names in enumerate((AGENT, CUSTOMER)):
+        text = " ".join(s.text for s in segments if s.channel == channel)
+        assert wer([reference(names)], [text]) <= 0.5, (channel, text)
+
+
 def test_the_echo_gate_silences_only_the_quieter_copy() -> None:
     rng = np.random.default_rng(0)
     near = rng.standard_normal(RATE).astype(np.float32) * 0.3
