@@ -182,6 +182,7 @@ def test_uploads_whose_clients_leave_stop_working() -> None:
     try:
         server.wait_healthy(60)
         result = leave_early(server.url, clients=3, patience=2.0)
+        assert result["clients_left"] == 3, result  # all three still uploading when they left
         assert result["segments_after_leaving"] <= 3, result
         # Idle once the call in flight ends: how soon is the machine's speed (5.5 s was seen
         # beside stress-ng with nothing started after they left), so the proof is the count
