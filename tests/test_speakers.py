@@ -274,6 +274,67 @@ def test_a_short_reference_and_names_without_diarization_are_refused(server: Liv
     assert check_error(response.json())["param"] == "known_speaker_names"
 
 
+def flac_silence(minutes: int) -> bytes:
+    """Minutes of silence as FLAC, written a minute at a time (an hour is ~180 KB)."""
+    out = io.BytesIO()
+    with sf.SoundFile(out, "w", 16000, 1, format="FLAC") as f:
+        for _ in range(minutes):
+            f.write(np.zeros(16000 * 60, dtype=np.float32))
+    return out.getvalue()
+
+
+def claiming(flac: bytes, samples: int) -> bytes:
+    """The FLAC with STREAMINFO's total-samples field (36 bits) set to `samples`."""
+    assert flac[:4] == b"fLaC"
+    word = int.from_bytes(flac[18:26], "big") & ~((1 << 36) - 1) | samples
+    return flac[:18] + word.to_bytes(8, "big") + flac[26:]
+
+
+def data_url(audio: bytes, kind: str = "audio/flac") -> str:
+    return f"data:{kind};base64,{base64.b64encode(audio).decode()}"
+
+
+def test_reference_clips_are_decoded_no_further_than_allowed(server: LiveServer) -> None:
+    """Issue 49 item 13: a reference whose header claims 2^36 samples got 500 (a 256 GiB
+    allocation), and an hour of silence was decoded whole (+152 MB) before its 400."""
+    for reference_clip in (claiming(flac_silence(1), (1 << 36) - 1), flac_silence(60)):
+        response = post(
+            server,
+            response_format="diarized_json",
+            **{"known_speaker_names[]": ["Ann"]},
+            **{"known_speaker_references[]": [data_url(reference_clip)]},
+        )
+        assert response.status_code == 400, response.text
+        error = check_error(response.json())
+        assert error["param"] == "known_speaker_references", error
+        assert "longer than 10 s" in error["message"], error
+    assert server.get("/health").json()["pending_audio_seconds"] == 0
+
+
+def test_reference_clips_stop_decoding_at_the_limit_inside_the_budget() -> None:
+    """A clip whose length no header states (an MP3 without a Xing header: a minute of
+    speech) is decoded no further than 10 s; the clips' audio is held in the budget."""
+    from audio_files import encode_av, speech_samples
+    from qwen3_asr_server.audio.budget import AudioBudget
+    from qwen3_asr_server.errors import BadRequestError
+    from qwen3_asr_server.outputs.diarization import known_speakers
+
+    budget = AudioBudget(100)
+    minute = data_url(encode_av(speech_samples(60), "mp3", "mp3", write_xing="0"), "audio/mpeg")
+    held = budget.reserve(0.0)
+    with pytest.raises(BadRequestError, match="longer than 10 s"):
+        known_speakers(["Ann"], [minute], held)
+    assert held.seconds <= 10.0  # before: the whole minute was decoded, outside the budget
+    held.release()
+
+    held = budget.reserve(0.0)
+    known = known_speakers(["Ann", "Bob"], [reference("f4"), reference("m1")], held)
+    assert held.seconds == pytest.approx(sum(len(k.audio) for k in known) / 16000)
+    assert budget.in_use == held.seconds > 4
+    held.release()
+    assert budget.in_use == 0
+
+
 def test_audio_past_diarize_max_seconds_is_413() -> None:
     with live_server(create_app(whisper_settings(diarize_max_seconds=10))) as srv:
         response = post(srv, response_format="diarized_json")

@@ -41,7 +41,7 @@ from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .forms import SeedStreamForm, TranscriptionForm
 from .sse import sse_response
-from .uploads import read_channels, read_upload
+from .uploads import held_until_the_end, read_channels, read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -157,7 +157,10 @@ async def create_transcription(
         return await multichannel(ctx, request, form, options)
     speakers = form.diarizes()
     known = await asyncio.to_thread(
-        known_speakers, form.known_speaker_names, form.known_speaker_references
+        known_speakers,
+        form.known_speaker_names,
+        form.known_speaker_references,
+        held_until_the_end(ctx, request),
     )
     started = time.perf_counter()
     audio = await read_upload(ctx, request, form.file)

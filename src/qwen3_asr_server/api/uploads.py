@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from fastapi import Request, UploadFile
 
+from ..audio.budget import Reservation
 from ..audio.channels import check_channels, decode_channels
 from ..audio.decode import Audio, check_duration, decode_audio, is_raw_pcm, probe_seconds
 from ..errors import TooLargeError
@@ -65,3 +66,11 @@ async def _admitted(
     reservation = ctx.budget.reserve(tracks * (estimate or 0.0))
     on_request_end(request.scope, reservation.release)
     return reservation.grow_to
+
+
+def held_until_the_end(ctx: AppContext, request: Request) -> Reservation:
+    """A share of the decoded-audio budget, empty for now, given back when the request ends
+    (known speakers' reference clips grow it as they are decoded)."""
+    reservation = ctx.budget.reserve(0.0)
+    on_request_end(request.scope, reservation.release)
+    return reservation

@@ -24,7 +24,9 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..audio.budget import Reservation
 from ..audio.decode import Audio, decode_audio
+from ..audio.pcm import SAMPLE_RATE
 from ..engines.base import EngineCrashedError, ShouldStop
 from ..engines.speakers.diarize import Diarization
 from ..engines.speakers.diarizing import DiarizingEngine, diarizing
@@ -55,9 +57,15 @@ class KnownSpeaker:
 MAX_NAME_CHARS = 64  # a voice tag, not a paragraph
 
 
-def known_speakers(names: list[str] | None, references: list[str] | None) -> list[KnownSpeaker]:
+def known_speakers(
+    names: list[str] | None,
+    references: list[str] | None,
+    budget: Reservation | None = None,
+) -> list[KnownSpeaker]:
     """`known_speaker_names[]` with `known_speaker_references[]` (data URLs of 2-10 s clips);
-    a clear 400 naming the field for anything else."""
+    a clear 400 naming the field for anything else. Each clip is decoded no further than
+    10 s (a header stating more is refused before decoding), within the request's share of
+    the decoded-audio budget (`budget`), which then holds the clips."""
     names, references = names or [], references or []
     if len(names) != len(references):
         raise BadRequestError(
@@ -82,13 +90,22 @@ def known_speakers(names: list[str] | None, references: list[str] | None) -> lis
                 "(A, B, ... name the unknown speakers).",
                 param="known_speaker_names",
             )
-    return [
-        KnownSpeaker(n.strip(), reference_audio(i, r))
-        for i, (n, r) in enumerate(zip(names, references, strict=True))
-    ]
+    speakers: list[KnownSpeaker] = []
+    held = 0.0  # seconds of the clips decoded before this one
+    for i, (name, url) in enumerate(zip(names, references, strict=True)):
+
+        def reserve(seconds: float, before: float = held) -> None:
+            if budget is not None:
+                budget.grow_to(before + seconds)
+
+        speakers.append(KnownSpeaker(name.strip(), reference_audio(i, url, reserve)))
+        held += len(speakers[-1].audio) / SAMPLE_RATE
+    return speakers
 
 
-def reference_audio(index: int, url: str) -> np.ndarray:
+def reference_audio(
+    index: int, url: str, reserve: Callable[[float], None] = lambda seconds: None
+) -> np.ndarray:
     param = "known_speaker_references"
     header, _, data = url.partition(",")
     if not header.startswith("data:") or ";base64" not in header or not data:
@@ -102,13 +119,26 @@ def reference_audio(index: int, url: str) -> np.ndarray:
         raise BadRequestError(
             f"known_speaker_references[{index}] is not valid base64.", param=param
         ) from None
+    low, high = REFERENCE_SECONDS
     try:
-        audio = decode_audio(io.BytesIO(raw), content_type=header[5:].split(";")[0] or None)
+        audio = decode_audio(
+            io.BytesIO(raw),
+            content_type=header[5:].split(";")[0] or None,
+            max_seconds=high,  # a header stating more is refused first; decoding stops there
+            reserve=reserve,
+        )
+    except UnavailableError:  # the decoded-audio budget is spent: 503, retry later
+        raise
+    except TooLargeError:
+        raise BadRequestError(
+            f"known_speaker_references[{index}] is longer than {high:g} s; a reference clip "
+            f"must be {low:g}-{high:g} s.",
+            param=param,
+        ) from None
     except ServiceError as exc:
         raise BadRequestError(
             f"known_speaker_references[{index}]: {exc.message}", param=param
         ) from None
-    low, high = REFERENCE_SECONDS
     if not low <= audio.duration <= high:
         raise BadRequestError(
             f"known_speaker_references[{index}] is {audio.duration:.1f} s long; a reference "
