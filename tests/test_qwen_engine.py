@@ -220,3 +220,28 @@ def test_the_default_model_follows_the_device_torch_sees(monkeypatch: pytest.Mon
     with pytest.raises(ModelLoadError):
         engine.load()  # the real torch here sees no GPU
     assert tried == [DEFAULT_CPU_MODEL] and engine.model_id == DEFAULT_CPU_MODEL
+
+
+def test_a_row_the_processor_refuses_fails_alone(tiny_qwen_dir: Path) -> None:
+    """Rows taken together are prepared together; a prompt the processor refuses (a lone
+    surrogate: its tokenizer raises) fails its own row only, and the rows beside it are
+    prefilled without it and decode as they would alone (issue 49: every row taken in that
+    step failed, another client's final among them)."""
+    from test_qwen_steps import Recorder, clips, engine, same
+
+    steps = engine(tiny_qwen_dir, "steps", rows=4)
+    try:
+        clip = clips()[0]
+        good = [TranscribeRequest(audio=clip), TranscribeRequest(audio=clip, language="en")]
+        bad = TranscribeRequest(audio=clip, prompt="caf\ud83d")
+        alone = [steps.transcribe(r) for r in good]
+        source = Recorder([good[0], bad, good[1]])  # all taken at once: one prefill group
+        steps.decode_rows(source)
+        assert isinstance(source.results[1], Exception), source.results
+        for handle, expected in ((0, alone[0]), (2, alone[1])):
+            result = source.results[handle]
+            assert not isinstance(result, Exception), result
+            same(result, expected)
+        assert steps._decoder is not None and steps._decoder.rows == []
+    finally:
+        steps.unload()

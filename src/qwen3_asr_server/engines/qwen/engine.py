@@ -255,7 +255,9 @@ class QwenEngine:
             batch = [rows[k] for k in group]
             fitted = self._decoder.prefill([(row, prompt) for _, row, prompt in batch])
             for (i, row, _), fits in zip(batch, fitted, strict=True):
-                if not fits:
+                if isinstance(fits, Exception):  # its prompt or audio failed: its alone
+                    out[i] = fits
+                elif not fits:
                     out[i] = self._alone(row, joining[i][2])
         return out
 

@@ -98,18 +98,24 @@ class Decoder:
     def fits(self, row: Row, prompt_tokens: int) -> bool:
         return prompt_tokens + row.spec.budget + self.sync_every <= self.cache.length
 
-    def prefill(self, rows: list[tuple[Row, str]]) -> list[bool]:
+    def prefill(self, rows: list[tuple[Row, str]]) -> list[bool | Exception]:
         """Run the rows' prompts through the model in one padded forward (left padding:
         each row's positions count from its first real token, its attention never sees
         the padding), keep each row's keys and values in the next free slot, and choose
-        its first token. False for a row that does not fit in the cache (not prefilled)."""
+        its first token. False for a row that does not fit in the cache, its error for a
+        row the processor refuses (neither is prefilled; the others are, without them)."""
         if not rows:
             return []
-        inputs = self._inputs(rows)
+        try:
+            inputs = self._inputs(rows)
+        except Exception as exc:
+            if len(rows) == 1:
+                return [exc]
+            return self._without_failing(rows, exc)
         real = inputs["attention_mask"].sum(1).tolist()
         audio_token = self.thinker.config.audio_token_id
         audio = (inputs["input_ids"] == audio_token).sum(1).tolist()
-        fits = []
+        fits: list[bool | Exception] = []
         for i, (row, _) in enumerate(rows):
             row.record.input_tokens, row.record.audio_tokens = int(real[i]), int(audio[i])
             fits.append(self.fits(row, int(real[i])))
@@ -118,6 +124,23 @@ class Decoder:
         else:  # (rare) a prompt too long for the cache: the others again, without it
             self._fill([pair for pair, ok in zip(rows, fits, strict=True) if ok])
         return fits
+
+    def _without_failing(
+        self, rows: list[tuple[Row, str]], error: Exception
+    ) -> list[bool | Exception]:
+        """The processor failed on the rows taken together: each alone finds the rows it
+        fails on (their error is theirs), and the others are prefilled together again."""
+        failed: list[Exception | None] = []
+        for row in rows:
+            try:
+                self._inputs([row])
+                failed.append(None)
+            except Exception as exc:
+                failed.append(exc)
+        if not any(failed):  # no row fails alone: the group's failure is every row's
+            raise error
+        rest = iter(self.prefill([r for r, f in zip(rows, failed, strict=True) if f is None]))
+        return [f if f is not None else next(rest) for f in failed]
 
     def _inputs(self, rows: list[tuple[Row, str]]) -> Any:
         inputs = self.sdk.processor(
