@@ -186,3 +186,22 @@ def test_a_client_that_leaves_stops_its_diarization(stream: str) -> None:
         assert response.json()["segments"][0]["speaker"] == "A"
         fresh = diarizer_state(srv)
         assert fresh["state"] == "ready" and fresh["pid"] not in (None, child["pid"])
+
+
+@pytest.mark.slow
+def test_with_preload_the_diarizer_starts_with_the_model() -> None:
+    """Issue 49 item 19: with PRELOAD=true the first diarized request still paid the
+    diarizer's start (seconds). It now starts beside the model; DIARIZE_PRELOAD=false keeps
+    it for the first diarized request."""
+    short = speech.path("sentence_01.wav").read_bytes()
+    with live_server(create_app(whisper_settings(preload=True))) as srv:
+        assert srv.ctx.manager.loaded
+        # no diarized request yet: the child starts on its own, beside the model
+        child = wait_for(srv, lambda s: s.get("state") == "ready", timeout=120)
+        response = post(srv, short, response_format="diarized_json")
+        assert response.status_code == 200, response.text
+        assert diarizer_state(srv)["pid"] == child["pid"]  # the request started nothing
+    with live_server(create_app(whisper_settings(preload=True, diarize_preload=False))) as srv:
+        assert srv.ctx.manager.loaded
+        assert post(srv, short).status_code == 200
+        assert diarizer_state(srv)["state"] == "stopped"

@@ -63,13 +63,15 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         logger.warning(note)
     # the model to serve (the default may fall back, loudly) and what to fetch first
     plan = plan_model(settings) if engine is None else ModelPlan(settings)
-    # the served engine, with a speaker diarizer that loads on first use and unloads with it
+    # the served engine, with a speaker diarizer that loads on first use (or with the model:
+    # PRELOAD and DIARIZE_PRELOAD) and unloads with it
     chosen = with_diarizer(
         engine or create_engine(plan.settings),
         DiarizerSpec(
             settings.diarize_features, settings.cpu_threads, (settings.log_level, settings.log_json)
         ),
         timeout=settings.request_timeout,
+        with_model=settings.preload and settings.diarize_preload,
     )
     metrics = Metrics()
 

