@@ -7,7 +7,12 @@ from qwen3_asr_server.config import Settings
 
 def whisper_settings(**overrides: object) -> Settings:
     """Settings for a server on the bundled whisper-tiny.en model (no .env file is read)."""
-    values: dict[str, object] = {"model_id": "whisper-tiny.en", "idle_timeout": 0}
+    # no diarizer child beside a preloaded model unless a test asks (DIARIZE_PRELOAD)
+    values: dict[str, object] = {
+        "model_id": "whisper-tiny.en",
+        "idle_timeout": 0,
+        "diarize_preload": False,
+    }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
@@ -20,6 +25,7 @@ def tiny_qwen_settings(model_dir: object, **overrides: object) -> Settings:
         "device": "cpu",
         "max_new_tokens": 8,
         "idle_timeout": 0,
+        "diarize_preload": False,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ WHISPER_BACKEND_ENV = {
     "MODEL_ID": "whisper-tiny.en",
     "IDLE_TIMEOUT": "0",
     "PRELOAD": "true",
+    "DIARIZE_PRELOAD": "false",  # a backend never diarizes (its front does)
     "CPU_THREADS": "1",
     "LOG_LEVEL": "WARNING",
 }

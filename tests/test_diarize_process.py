@@ -194,7 +194,7 @@ def test_with_preload_the_diarizer_starts_with_the_model() -> None:
     diarizer's start (seconds). It now starts beside the model; DIARIZE_PRELOAD=false keeps
     it for the first diarized request."""
     short = speech.path("sentence_01.wav").read_bytes()
-    with live_server(create_app(whisper_settings(preload=True))) as srv:
+    with live_server(create_app(whisper_settings(preload=True, diarize_preload=True))) as srv:
         assert srv.ctx.manager.loaded
         # no diarized request yet: the child starts on its own, beside the model
         child = wait_for(srv, lambda s: s.get("state") == "ready", timeout=120)
