@@ -50,6 +50,11 @@ def test_connected_message(server: LiveServer) -> None:
         "window_max_s": 15.0,
         "use_server_vad": False,
     }
+    # G.711 has one byte a sample: buffer_size is bytes (issue 49: it was twice that)
+    for encoding in ("mulaw", "alaw"):
+        with open_ws(server.url, sample_rate="8000", encoding=encoding) as ws:
+            first = json.loads(ws.recv(timeout=10))
+        assert (first["format"], first["buffer_size"]) == (encoding, int(0.45 * 8000))
 
 
 def test_three_utterances_at_real_time_pace_give_three_finals(server: LiveServer) -> None:

@@ -220,11 +220,12 @@ async def ws_transcribe(websocket: WebSocket) -> None:
     if refused:
         await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
         return
+    width = 2 if encoding == "pcm_s16le" else 1  # bytes a sample (G.711: one)
     connected = {
         "status": "connected",
         "sample_rate": sample_rate,
         "format": encoding,
-        "buffer_size": int(settings.ws_partial_interval * sample_rate) * 2 * channels,
+        "buffer_size": int(settings.ws_partial_interval * sample_rate) * width * channels,
         "window_max_s": settings.ws_window_max_s,
         "use_server_vad": use_vad,
     }
