@@ -249,9 +249,27 @@ def test_error_mid_stream_is_an_openai_error_event(tiny_qwen_dir: Path) -> None:
         assert isinstance(again.text, str)
 
 
-def test_client_disconnect_cancels_the_remaining_segments() -> None:
-    engine = Recording(create_engine(whisper_settings()), delay=0.3)
-    with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]
+def idle(srv: LiveServer) -> bool:
+    """No request left: nothing queued or running, no user of the model, no audio held."""
+    ctx = srv.ctx
+    return not (ctx.scheduler.busy or ctx.scheduler.depth or ctx.manager.users or ctx.budget.in_use)
+
+
+def until(condition: Any, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the condition"
+        time.sleep(0.02)
+
+
+def test_client_disconnect_cancels_the_remaining_segments(
+    server: LiveServer, recording: Recording
+) -> None:
+    srv, engine = server, recording
+    until(lambda: idle(srv))
+    before = len(engine.batch_sizes)
+    engine.delay = 0.3
+    try:
         with httpx.stream(
             "POST",
             srv.url + "/v1/audio/transcriptions",
@@ -263,24 +281,34 @@ def test_client_disconnect_cancels_the_remaining_segments() -> None:
                 if line.startswith("data:"):
                     break  # first delta, then hang up
         calls_at_disconnect = len(engine.batch_sizes)
-        time.sleep(2.5)  # long enough for several more segments if they were still running
-        # At most the engine call in flight (the first segment, or the batch behind it)
-        assert len(engine.batch_sizes) <= calls_at_disconnect + 1
-        assert len(engine.batch_sizes) < 4
-        assert srv.ctx.scheduler.depth == 0
-        assert srv.ctx.manager.users == 0
+        # the request has ended: segments still running or queued would be counted by then
+        until(lambda: idle(srv))
+    finally:
+        engine.delay = 0.0
+    # At most the engine call in flight (the first segment, or the batch behind it)
+    assert len(engine.batch_sizes) <= calls_at_disconnect + 1
+    assert len(engine.batch_sizes) - before < 4
+    assert srv.ctx.scheduler.depth == 0
+    assert srv.ctx.manager.users == 0
 
 
-def test_one_long_upload_batches_its_own_segments_and_keeps_its_text() -> None:
+def test_one_long_upload_batches_its_own_segments_and_keeps_its_text(
+    server: LiveServer, recording: Recording
+) -> None:
     """Segments queued behind the running one share an engine call; whisper decodes each
     item of a batch as it would alone, so the text is the same without batching."""
     texts, sizes, firsts = {}, {}, {}
-    for batch in (1, 4):
-        settings = whisper_settings(max_batch_size=batch)
-        engine = Recording(create_engine(settings))
-        with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
-            texts[batch] = create(srv, LONG, response_format="verbose_json")
-        sizes[batch], firsts[batch] = engine.batch_sizes, engine.calls[0]
+    settings = whisper_settings(max_batch_size=1)
+    engine = Recording(create_engine(settings))
+    with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
+        texts[1] = create(srv, LONG, response_format="verbose_json")
+    sizes[1], firsts[1] = engine.batch_sizes, engine.calls[0]
+    # MAX_BATCH_SIZE=4 is the module server's (the default): its calls from here on
+    assert server.ctx.settings.max_batch_size == 4
+    until(lambda: idle(server) and not server.ctx.scheduler.realtime_recent())
+    before = len(recording.batch_sizes), len(recording.calls)
+    texts[4] = create(server, LONG, response_format="verbose_json")
+    sizes[4], firsts[4] = recording.batch_sizes[before[0] :], recording.calls[before[1]]
     assert max(sizes[1]) == 1 and len(sizes[1]) >= 4
     assert max(sizes[4]) >= 2, sizes[4]  # one upload alone filled a batch
     assert sizes[4][0] == 1  # the first segment runs alone: the first SSE event is early
@@ -325,28 +353,32 @@ def test_a_realtime_job_runs_between_two_segments_of_a_long_upload() -> None:
         assert 0 < index < order.count("segment"), order  # between segments, not after all
 
 
-def test_the_first_segment_runs_alone_even_when_the_rest_is_queued_with_it() -> None:
+def test_the_first_segment_runs_alone_even_when_the_rest_is_queued_with_it(
+    server: LiveServer, recording: Recording
+) -> None:
     """The engine is busy when the upload comes, so all its segments wait together: the
     first must still not join the batch behind it (its SSE event would come ~4x later)."""
     import asyncio
 
-    engine = Recording(create_engine(whisper_settings()))
-    with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]
-        gate = threading.Event()
-        busy = asyncio.run_coroutine_threadsafe(
-            srv.ctx.scheduler.submit(lambda: gate.wait(60)), srv.server_loop
-        )
-        thread = threading.Thread(target=lambda: create(srv, LONG))
-        thread.start()
-        deadline, depth = time.monotonic() + 60, -1
-        while time.monotonic() < deadline:  # until all the segments in flight are queued
-            time.sleep(0.5)
-            if srv.ctx.scheduler.depth == depth and depth >= 3:
-                break
-            depth = srv.ctx.scheduler.depth
-        gate.set()
-        busy.result(60)
-        thread.join(300)
-    assert engine.batch_sizes[0] == 1, engine.batch_sizes
-    assert engine.calls[0] <= 10.0
-    assert max(engine.batch_sizes) >= 2, engine.batch_sizes  # the rest still batch
+    srv = server
+    until(lambda: idle(srv) and not srv.ctx.scheduler.realtime_recent())
+    before = len(recording.batch_sizes), len(recording.calls)
+    gate = threading.Event()
+    busy = asyncio.run_coroutine_threadsafe(
+        srv.ctx.scheduler.submit(lambda: gate.wait(60)), srv.server_loop
+    )
+    thread = threading.Thread(target=lambda: create(srv, LONG))
+    thread.start()
+    deadline, depth = time.monotonic() + 60, -1
+    while time.monotonic() < deadline:  # until all the segments in flight are queued
+        time.sleep(0.5)
+        if srv.ctx.scheduler.depth == depth and depth >= 3:
+            break
+        depth = srv.ctx.scheduler.depth
+    gate.set()
+    busy.result(60)
+    thread.join(300)
+    sizes, calls = recording.batch_sizes[before[0] :], recording.calls[before[1] :]
+    assert sizes[0] == 1, sizes
+    assert calls[0] <= 10.0
+    assert max(sizes) >= 2, sizes  # the rest still batch
