@@ -120,17 +120,27 @@ def test_a_mulaw_stereo_stream_flush_finalises_both_channels(server: LiveServer)
 
 
 def test_a_stereo_stream_takes_a_seat_per_channel(server: LiveServer) -> None:
-    """WS_MAX_SESSIONS=3: a stereo stream takes two, /health counts two, a second stereo
-    stream is refused while a mono one still fits."""
+    """WS_MAX_SESSIONS=3: a stereo stream takes two, /health counts two (and /metrics one
+    stream, two seats), a second stereo stream is refused while a mono one still fits."""
     with open_ws(server.url, channels="2") as stereo:
         assert json.loads(stereo.recv(timeout=30))["channels"] == 2
         assert httpx.get(server.url + "/health").json()["streaming_sessions"] == 2
+        # the metrics count one stream and its two seats (issue 49: the stream counted two)
+        gauges = metric_values(server)
+        assert (gauges["asr_streaming_sessions"], gauges["asr_streaming_seats"]) == (1, 2)
         with open_ws(server.url, channels="2") as second:
             refused = json.loads(second.recv(timeout=30))
         assert refused["code"] == "TOO_MANY_SESSIONS" and "each channel" in refused["message"]
         with open_ws(server.url) as mono:
             connected = json.loads(mono.recv(timeout=30))
             assert connected["status"] == "connected" and "channels" not in connected
+
+
+def metric_values(server: LiveServer) -> dict[str, float]:
+    """The unlabelled samples of /metrics, by name."""
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    lines = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
+    return {parts[0]: float(parts[1]) for parts in lines if len(parts) == 2}
 
 
 @pytest.mark.parametrize("value", ["0", "9", "two"])

@@ -149,7 +149,14 @@ class StateCollector(Collector):
             "asr_model_loaded": ("1 when the model is loaded.", s["model_loaded"]),
             "asr_model_load_seconds": ("Duration of the last model load.", s["load_seconds"]),
             "asr_queue_depth": ("Jobs waiting in the inference queue.", s["queue_depth"]),
-            "asr_streaming_sessions": ("Streaming sessions open (live streams).", s["sessions"]),
+            "asr_streaming_sessions": (
+                "Streaming sessions open (live streams; a stereo call is one).",
+                s["sessions"],
+            ),
+            "asr_streaming_seats": (
+                "Seats of WS_MAX_SESSIONS taken: one per channel of every live stream.",
+                s["seats"],
+            ),
             "asr_stream_max_lag_seconds": (
                 "The largest lag of a live stream now: seconds since the audio it is processing "
                 "arrived (0 when every stream is up to date).",

@@ -38,6 +38,11 @@ class SessionRegistry:
         """Seats taken: one per channel of every live session."""
         return sum(s.channels for s in self._sessions)
 
+    @property
+    def streams(self) -> int:
+        """Live streams: one per session, whatever its channels (a stereo call is one)."""
+        return len(self._sessions)
+
     def add(self, session: Live, drain: Drain | None = None) -> None:
         """`drain` waits until the session's events have reached its client."""
         if self.closing:
