@@ -63,9 +63,12 @@ def test_three_utterances_at_real_time_pace_give_three_finals(server: LiveServer
         c = Collector(ws)
         stream(ws, np.concatenate([audio, np.zeros(16000, np.float32)]), speed=1.0)
         assert c.wait_for(lambda c: len(c.finals()) >= 3, timeout=20), c.messages
-        time.sleep(0.5)
-    finals = c.finals()
-    assert len(finals) == 3, finals
+        # a flush with nothing buffered answers an empty final after every earlier one:
+        # no final can still be on its way once it is here
+        ws.send(json.dumps({"action": "flush"}))
+        assert c.wait_for(lambda c: "" in c.finals(), timeout=20), c.messages
+    assert c.finals()[3:] == [""], c.finals()
+    finals = c.finals()[:3]
     refs = speech.transcripts()
     assert wer([refs["three_sentences.wav"]], [" ".join(finals)]) < WER_BOUND
     assert normalize(finals[1]).startswith("please call")
@@ -103,10 +106,11 @@ def test_flush_without_server_vad(server: LiveServer) -> None:
     with open_ws(server.url, use_server_vad="false") as ws:
         c = Collector(ws)
         stream(ws, load("three_sentences.wav"), speed=8.0)
-        time.sleep(1.0)
-        assert c.finals() == []  # no VAD: pauses do not end utterances
         ws.send(json.dumps({"action": "flush"}))
         assert c.wait_for(lambda c: c.finals(), timeout=20)
+    # no VAD: pauses do not end utterances, so the first final (finals come in order) is
+    # the flush's, with all three sentences
+    assert len(c.finals()) == 1, c.finals()
     text = normalize(c.finals()[0])
     assert text.startswith("the quick") and text.endswith("some rain")
 
@@ -332,7 +336,10 @@ def test_finals_keep_coming_during_a_long_upload(server: LiveServer) -> None:
 
     uploader = threading.Thread(target=upload)
     uploader.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60  # the upload is at the engine
+    while not server.ctx.scheduler.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.ctx.scheduler.busy, "the upload never reached the engine"
     audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
     with open_ws(server.url) as ws:
         c = Collector(ws)
