@@ -61,17 +61,22 @@ def test_admitted_uploads_and_a_final_are_never_refused_for_queue_depth() -> Non
         uploads = [threading.Thread(target=upload) for _ in range(4)]
         for t in uploads:
             t.start()
-        # the flush goes in while the uploads' segments fill the queue
-        assert wait_until(lambda: srv.ctx.scheduler.depth >= 8 or not any_alive(uploads), 120)
+        # the flush goes in while the uploads' segments fill the queue (without that
+        # contention the test proves nothing: it fails)
+        filled = wait_until(lambda: srv.ctx.scheduler.depth >= 8, 120)
+        assert filled, ("the uploads never filled the queue", results)
         with open_ws(srv.url, use_server_vad="false") as ws:
             got = Collector(ws)
             stream(ws, load("sentence_01.wav"), speed=8)
+            contention = (srv.ctx.scheduler.depth, any_alive(uploads))
             ws.send('{"action": "flush"}')
             assert got.wait_for(lambda c: c.finals() or errors(c), 300)
         for t in uploads:
             t.join(600)
         # each admitted upload stopped counting as arriving once its first segment queued
         assert srv.ctx.scheduler.arriving == 0
+    # the final went in behind upload work (16 jobs waiting were seen)
+    assert contention[1] and contention[0] >= 4, contention
     assert not errors(got), errors(got)
     assert "quick" in got.finals()[0].lower()
     statuses = sorted(status for status, _, _ in results)
