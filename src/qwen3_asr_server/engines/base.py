@@ -80,6 +80,10 @@ class TranscribeRequest:
     keywords: tuple[str, ...] = ()  # words or phrases to bias recognition towards
     languages: tuple[str, ...] = ()  # candidate ISO codes for detection; () = any
     logprobs: bool = False  # wanted: each generated text token's log probability
+    # A quiet segment of an upload that voice detection must clear first, where the engine
+    # runs (ENGINE_PROCESS=worker: its child, so the server never loads onnxruntime for it);
+    # if it hears no speech the answer is empty text. Inline engines never get one.
+    quiet: bool = False
 
 
 @dataclass

@@ -13,22 +13,28 @@ the CUDA context). The server process never imports torch.
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
+- The silence gate of an upload's quiet segments (`TranscribeRequest.quiet`) runs here, in
+  the child, with its own voice detection: onnxruntime never loads into the server process
+  for an upload, so the idle unload gives its memory back too.
 - Speaker diarization runs in a child of its own (`speakers/process.py`), not in this one: a
   crash in its native code never takes the model down with it.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from loguru import logger
 
+from ..audio.vad import SileroModel, may_hold_speech
 from .base import (
     Engine,
     EngineCrashedError,
@@ -254,6 +260,7 @@ def child_main(
     setup_logging(*log)
     threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
     engine = spec.build()
+    voice = functools.cache(SileroModel)  # the silence gate's voice detection, on first use
     while True:
         try:
             message = conn.recv()
@@ -276,7 +283,24 @@ def child_main(
             for fields in message[1]:  # everything but the audio, which follows as bytes
                 audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
                 requests.append(TranscribeRequest(audio, **fields))
-            results = engine.transcribe_batch(requests, cancel.is_set)
-            conn.send(("ok", results))
+            conn.send(("ok", transcribe_heard(engine, requests, cancel.is_set, voice)))
         except Exception as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
+
+
+def transcribe_heard(
+    engine: Engine,
+    requests: list[TranscribeRequest],
+    should_stop: ShouldStop,
+    voice: Callable[[], SileroModel],
+) -> list[TranscribeResult]:
+    """`engine.transcribe_batch` for the requests the silence gate lets through: a quiet one
+    in which voice detection hears no speech gets empty text without reaching the model
+    (whisper and Qwen hear words in silence), as in the server's own gate."""
+    heard = [not r.quiet or may_hold_speech(voice(), r.audio) for r in requests]
+    kept = [r for r, h in zip(requests, heard, strict=True) if h]
+    results = iter(engine.transcribe_batch(kept, should_stop) if kept else [])
+    return [
+        next(results) if h else TranscribeResult(text="", language=r.language)
+        for r, h in zip(requests, heard, strict=True)
+    ]

@@ -18,7 +18,7 @@ from ..audio.compaction import Source, compact
 from ..audio.decode import Audio
 from ..audio.pcm import SAMPLE_RATE
 from ..audio.segmentation import CutRules, Segmenter, Span
-from ..audio.vad import may_hold_speech
+from ..audio.vad import may_be_silent, may_hold_speech
 from ..config import Settings
 from ..engines.base import (
     BackendUnavailableError,
@@ -130,7 +130,7 @@ class Transcriber:
                         batch = not (long_form and span.start == 0)
                         segment = source.take(span.start, span.end)
                         # checked here, in order, so segments reach the queue in order
-                        heard = await self._hears_speech(segment)
+                        heard = await self._hears_speech(segment, engine)
                         job = self._segment_job(
                             engine, segment, span, options, long_form, batch, heard
                         )
@@ -154,10 +154,14 @@ class Transcriber:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
 
-    async def _hears_speech(self, samples: np.ndarray) -> bool:
+    async def _hears_speech(self, samples: np.ndarray, engine: Engine) -> bool | None:
         """Whether the segment may hold speech: loud audio is taken as it is; a quiet
-        segment is asked of voice detection (True without one: SEGMENT_VAD off)."""
+        segment is asked of voice detection (True without one: SEGMENT_VAD off). None: a
+        quiet segment for an engine in a worker process, whose child asks its own voice
+        detection (the server process then never loads onnxruntime for an upload)."""
         vad = self.segmenter.vad
+        if vad is not None and engine.status().worker is not None:
+            return None if await vad.run(may_be_silent, samples) else True
         return vad is None or await vad.run(may_hold_speech, vad, samples)
 
     def _batches(self, engine: Engine, options: Options) -> bool:
@@ -181,11 +185,13 @@ class Transcriber:
         options: Options,
         long_form: bool,
         batch_ok: bool,
-        heard: bool = True,
+        heard: bool | None = True,
     ) -> TranscribeResult:
-        if not heard:  # silence never reaches the model: whisper and Qwen hear words in it
+        if heard is False:  # silence never reaches the model: whisper and Qwen hear words in it
             return TranscribeResult(text="", language=options.request.language)
         request = self._request(samples, options, long_form)
+        if heard is None:  # the worker's child clears it first (`TranscribeRequest.quiet`)
+            request = replace(request, quiet=True)
         key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
         batch = self._batch_spec(engine, key, request)
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
