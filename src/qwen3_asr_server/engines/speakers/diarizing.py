@@ -36,7 +36,9 @@ class DiarizingEngine(EngineWrapper):
         with the model: a diarized request that comes during its start waits for it there."""
         starter = None
         if self.with_model and installed():
-            starter = threading.Thread(target=self._start_diarizer, name="diarizer-start")
+            starter = threading.Thread(
+                target=self._start_diarizer, name="diarizer-start", daemon=True
+            )
             starter.start()
         try:
             self.inner.load()
