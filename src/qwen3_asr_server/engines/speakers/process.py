@@ -95,6 +95,8 @@ class ProcessDiarizer:
                 if self._process is not None:  # died between requests
                     self._died(self._process)
                 self._start()
+                if should_stop():  # left during the start: the fresh child is kept
+                    raise JobCancelledError()
             minutes = len(samples) / SAMPLE_RATE / 60
             deadline = time.monotonic() + self._timeout + self._per_minute * minutes
             audio = np.ascontiguousarray(samples, dtype=np.float32)
