@@ -23,22 +23,31 @@ FILES = ["sentence_02.wav", "sentence_08.wav", "sentence_09.wav", "sentence_10.w
 
 
 class SlowSingles:
-    """The real engine, with single (unbatched) calls slowed so that others queue up."""
+    """The real engine; the first call (`held` requests) waits for `gate` (at most `delay`
+    s) so that the others queue up behind it."""
 
     def __init__(self, engine: Any, delay: float) -> None:
         self.inner, self.delay = engine, delay
+        self.gate = threading.Event()
+        self.held = 0
         self.name, self.model_id = engine.name, engine.model_id
         self.batch_sizes: list[int] = []
+
+    def _hold(self, requests: int) -> None:
+        if not self.gate.is_set():
+            self.held = requests
+            self.gate.wait(self.delay)
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)
 
     def transcribe(self, request: Any, should_stop: Any = None) -> Any:
-        time.sleep(self.delay)
+        self._hold(1)
         return self.inner.transcribe(request)
 
     def transcribe_batch(self, requests: list[Any], should_stop: Any = None) -> list[Any]:
         self.batch_sizes.append(len(requests))
+        self._hold(len(requests))
         return self.inner.transcribe_batch(requests)
 
     def decode_rows(self, source: Any) -> None:
@@ -53,11 +62,11 @@ class SlowSingles:
                 sizes.append(rows)
                 source.stepped(rows)
 
-        time.sleep(self.delay)  # the others queue up meanwhile
+        self._hold(1)  # the others queue up meanwhile
         self.inner.decode_rows(Counted())
 
 
-def concurrent(srv: LiveServer, files: list[str], **kw: Any) -> dict[str, str]:
+def concurrent(srv: LiveServer, files: list[str], engine: SlowSingles, **kw: Any) -> dict[str, str]:
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
     out: dict[str, str] = {}
 
@@ -67,20 +76,24 @@ def concurrent(srv: LiveServer, files: list[str], **kw: Any) -> dict[str, str]:
         )
         out[name] = result.text
 
-    threads = []
-    for name in files:
-        threads.append(threading.Thread(target=one, args=(name,)))
-        threads[-1].start()
-        time.sleep(0.1)  # the first starts running, the rest queue behind it
+    threads = [threading.Thread(target=one, args=(name,)) for name in files]
+    for t in threads:
+        t.start()
+    # the first call runs (held at the gate) and the rest queue behind it: then it opens
+    scheduler, deadline = srv.ctx.scheduler, time.monotonic() + 120
+    while not (engine.held and engine.held + scheduler.depth == len(files)):
+        assert time.monotonic() < deadline, "the requests never queued up"
+        time.sleep(0.01)
+    engine.gate.set()
     for t in threads:
         t.join(120)
     return out
 
 
 def run(settings: Settings, files: list[str], **kw: Any) -> tuple[dict[str, str], list[int]]:
-    engine = SlowSingles(create_engine(settings), delay=1.0)
+    engine = SlowSingles(create_engine(settings), delay=120.0)
     with live_server(create_app(settings, engine=engine)) as srv:  # type: ignore[arg-type]
-        texts = concurrent(srv, files, **kw)
+        texts = concurrent(srv, files, engine, **kw)
         assert srv.ctx.scheduler.depth == 0
     return texts, engine.batch_sizes
 
