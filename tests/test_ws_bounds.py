@@ -1,14 +1,18 @@
-"""Streaming sessions are bounded: a session counts toward WS_MAX_SESSIONS until its last
-final has been delivered or dropped, audio received before a disconnect is transcribed, and
-a client that sends faster than finals are produced is slowed down, not buffered."""
+"""Streaming sessions are bounded: a session counts toward WS_MAX_SESSIONS until its client
+leaves (then its queued finals are joined into a few), audio received before a disconnect
+is transcribed, and a client that sends faster than finals are produced is slowed down,
+not buffered."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
+from loguru import logger
 
 from engines import Recording
 from helpers import whisper_settings
@@ -30,25 +34,87 @@ def sessions(srv) -> int:  # type: ignore[no-untyped-def]
     return int(srv.get("/health").json()["streaming_sessions"])
 
 
-def test_a_session_counts_until_its_final_after_a_disconnect() -> None:
-    app, engine = slow_app(1.5, ws_max_sessions=1)
-    with live_server(app) as srv:
-        with open_ws(srv.url, use_server_vad="false") as ws:
-            assert json.loads(ws.recv(timeout=10))["status"] == "connected"
-            ws.send(pcm16(load("sentence_02.wav")))
-            time.sleep(0.3)
-        # The client left; its audio is being transcribed, and the slot is still taken.
-        assert sessions(srv) == 1
-        with open_ws(srv.url) as ws:
-            refused = json.loads(ws.recv(timeout=10))
-            assert refused["code"] == "TOO_MANY_SESSIONS"
-        deadline = time.monotonic() + 20
-        while sessions(srv) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert sessions(srv) == 0
-        assert any(abs(c - len(load("sentence_02.wav")) / 16000) < 1.0 for c in engine.calls)
-        with open_ws(srv.url) as ws:  # the slot is free again
-            assert json.loads(ws.recv(timeout=10))["status"] == "connected"
+class GatedFinals(Recording):
+    """The real whisper engine; finals wait until `gate` is set."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.gate = threading.Event()
+        self.final_waiting = threading.Event()
+
+    def transcribe(self, request: Any, should_stop: Any = None) -> Any:
+        if not request.partial:
+            self.final_waiting.set()
+            self.gate.wait(120)
+        return super().transcribe(request, should_stop)
+
+    def finals(self) -> list[float]:
+        """Each final's audio, in seconds."""
+        return [c for c, (partial, _) in zip(self.calls, self.kinds, strict=True) if not partial]
+
+
+def wait_until(predicate: Any, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_client_that_left_gives_its_seat_back_and_its_queued_finals_are_joined() -> None:
+    """Issue 49: a client that flushed every 100 ms and left ~85 finals queued held its seat
+    for minutes (each final decoded alone, at upload priority). Its seat is free at once;
+    the audio it sent is still transcribed, its queued finals joined into a few. As many
+    such clients may finish so as there are seats: one more keeps its seat meanwhile."""
+    settings = whisper_settings(preload=True, ws_max_sessions=1)
+    engine = GatedFinals(create_engine(settings))
+    app = create_app(settings, engine=engine)  # type: ignore[arg-type]
+    messages: list[str] = []
+    held = threading.Event()
+
+    def sink(message: Any) -> None:
+        messages.append(str(message))
+        if "seat is held" in str(message):
+            held.set()
+
+    handler = logger.add(sink, level="INFO")
+    chunk = pcm16(load("sentence_02.wav")[16000 : 16000 + 1536])  # 96 ms: 3 VAD frames
+    item = (1536 + 9600) / 16000  # a flush's final: the audio and 600 ms of padding
+    try:
+        with live_server(app) as srv:
+            registry = srv.ctx.sessions
+            with open_ws(srv.url, use_server_vad="false") as ws:
+                assert json.loads(ws.recv(timeout=30))["status"] == "connected"
+                for _ in range(85):
+                    ws.send(chunk)
+                    ws.send('{"action": "flush"}')
+                assert engine.final_waiting.wait(60)  # the first final runs; the rest queue
+                # every flush committed (84 would be 58.5 s): they wait for their finals
+                assert wait_until(lambda: registry.lag()[1] > 59.0), registry.lag()
+            # the client left, its finals are still held by the gate: the seat is free
+            assert wait_until(lambda: sessions(srv) == 0)
+            assert not engine.finals() and registry.lag()[1] > 59.0  # (the first at the gate)
+            with open_ws(srv.url, use_server_vad="false") as ws:
+                assert json.loads(ws.recv(timeout=30))["status"] == "connected"
+                ws.send(chunk)
+                ws.send('{"action": "flush"}')
+            # one client's finals already run without a seat (WS_MAX_SESSIONS=1): this one
+            # keeps its seat until its final is done
+            assert held.wait(60)
+            assert sessions(srv) == 1
+            engine.gate.set()
+            assert wait_until(lambda: sessions(srv) == 0 and registry.lag()[1] == 0.0)
+            finals = engine.finals()
+            # the first client's: 1 running + 84 queued joined into 3 (25 s each at most);
+            # nothing lost; the second client's one
+            assert len(finals) == 1 + 3 + 1, finals
+            assert abs(sum(finals) - 86 * item) < 0.01, finals
+            assert max(finals) <= settings.ws_max_utterance_s
+            assert any("84 finals joined into 3" in m for m in messages), messages
+    finally:
+        engine.gate.set()
+        logger.remove(handler)
 
 
 def test_a_fast_sender_is_held_back_to_the_pending_bound() -> None:

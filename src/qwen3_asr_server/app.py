@@ -153,7 +153,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             yield
         finally:
             try:
-                await sessions.close_all()  # open utterances get their finals first
+                # open utterances get their finals first (at most SHUTDOWN_TIMEOUT seconds)
+                await sessions.close_all(settings.shutdown_timeout)
                 await asyncio.to_thread(scheduler.stop)
                 await manager.stop()
                 vad.close()

@@ -19,7 +19,7 @@ from ..streaming.channels import ChannelGroup
 from ..streaming.events import Emit
 from ..streaming.ingest import PcmIngest
 from ..streaming.registry import SessionLimitError
-from ..streaming.session import AudioSource, Heard, StreamConfig, StreamSession
+from ..streaming.session import CLIENT_GONE, AudioSource, Heard, StreamConfig, StreamSession
 from .deps import AppContext, check_api_key
 from .secret_store import REALTIME_PATH, SCOPE_KEY
 
@@ -244,8 +244,11 @@ async def release(
     """End a registered session: its buffered audio transcribed, its finals sent, its
     tasks done, the socket closed and, whatever fails, its seat given back. The session
     counts toward WS_MAX_SESSIONS until its last final is delivered or dropped: audio it
-    received is still transcribed even if the client is gone."""
+    received is still transcribed even if the client is gone; a client that has left gives
+    its seat back now, while that audio is still transcribed (registry.leave)."""
     try:
+        if reason in CLIENT_GONE:
+            ctx.sessions.leave(session)
         if ingest is not None:
             with contextlib.suppress(Exception):
                 await ingest.drain(session)

@@ -5,13 +5,21 @@ uvicorn closes WebSocket connections before it runs the app's lifespan shutdown,
 produced there could only be logged. This server first stops accepting connections, then
 asks the app to finalize its sessions, then lets uvicorn close what is left: a connection
 can no longer be accepted while the sessions drain, and miss its finals.
+
+Bounded: the sessions' finals get SHUTDOWN_TIMEOUT seconds, and uvicorn's wait for open
+requests and sockets what is left of it (then it cancels them). A second SIGTERM or SIGINT
+stops the shutdown at once (uvicorn alone heeds only a second SIGINT, and only after the
+finals): the finals not transcribed are logged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import socket
+import time
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -20,6 +28,20 @@ from ..config import Settings
 
 
 class Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._forced: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            super().handle_exit(sig, frame)
+            return
+        self._captured_signals.append(sig)  # (uvicorn raises them again once it is done)
+        self.force_exit = True  # a second signal, whichever: stop now
+        if self._forced is not None:  # (a signal handler: only the thread-safe call)
+            loop, event = self._forced
+            loop.call_soon_threadsafe(event.set)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:  # stop accepting first (uvicorn does it again: no-op)
             server.close()
@@ -27,7 +49,16 @@ class Server(uvicorn.Server):
             sock.close()
         ctx: Any = getattr(getattr(self.config.app, "state", None), "ctx", None)
         if ctx is not None:
-            await ctx.sessions.close_all()  # open utterances get their finals, then close
+            timeout = ctx.settings.shutdown_timeout
+            deadline = time.monotonic() + timeout
+            forced = asyncio.Event()
+            self._forced = (asyncio.get_running_loop(), forced)
+            if self.force_exit:
+                forced.set()
+            # open utterances get their finals, then close
+            await ctx.sessions.close_all(timeout, forced)
+            if self.config.timeout_graceful_shutdown is None:  # uvicorn waits for the rest
+                self.config.timeout_graceful_shutdown = max(deadline - time.monotonic(), 1.0)
         await super().shutdown(sockets)
 
 

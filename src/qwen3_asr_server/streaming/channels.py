@@ -80,8 +80,19 @@ class ChannelGroup:
         call from two places at once (a disconnect and the server's shutdown)."""
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close(reason))
-        await asyncio.shield(self._closing)
+        closing = self._closing
+        await asyncio.wait([closing])  # (returns, not raises, once it is abandoned)
+        if not closing.cancelled() and (error := closing.exception()) is not None:
+            raise error
 
     async def _close(self, reason: str) -> None:
         await self.release()
         await asyncio.gather(*(s.close(reason) for s in self.sessions))
+
+    def abandon(self) -> tuple[int, float]:
+        """Stop every channel now (see StreamSession.abandon): the finals not emitted and the
+        seconds of audio in them, all channels together."""
+        lost = [s.abandon() for s in self.sessions]
+        if self._closing is not None:
+            self._closing.cancel()
+        return sum(n for n, _ in lost), sum(seconds for _, seconds in lost)

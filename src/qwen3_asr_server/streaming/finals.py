@@ -1,12 +1,17 @@
 """A session's finals: committed utterances transcribed and emitted in order, on one task per
 session. Never dropped: a failure is emitted as FinalFailed with the reason. The audio that
 waits for its final is counted, and `room` is cleared while it is over the session's bound
-(the session's `feed()` waits on it: back-pressure)."""
+(the session's `feed()` waits on it: back-pressure).
+
+Bounded once no one waits: a client that has left has its queued finals joined into as few
+as the utterance limit allows (`merge`: ~85 flushes of 100 ms took minutes one by one), and
+a shutdown whose time is up stops them (`abandon`), saying what was not transcribed."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
@@ -45,7 +50,10 @@ class Finals:
         self._emit = emit
         self._bound = bound  # samples that may wait for their finals (the session's config)
         self._observe = observe  # end of speech -> final sent (metrics)
-        self._queue: asyncio.Queue[PendingFinal | None] = asyncio.Queue()
+        self._items: deque[PendingFinal] = deque()  # queued, in order, not started
+        self._running: PendingFinal | None = None
+        self._wake = asyncio.Event()  # an item was queued, or close() came
+        self._closing = False
         self.last: PendingFinal | None = None  # queued or running, not yet emitted
         self.pending = 0  # samples committed whose final has not been emitted yet
         self.room = asyncio.Event()
@@ -57,7 +65,8 @@ class Finals:
         if self.pending > self._bound():
             self.room.clear()
         self.last = item
-        await self._queue.put(item)
+        self._items.append(item)
+        self._wake.set()
 
     def answer_pending(self, action: str) -> bool:
         """A flush found nothing buffered: the final still pending (voice detection closed
@@ -68,21 +77,65 @@ class Finals:
         self.last.answers.append(action)
         return True
 
+    def merge(self, limit: int, reason: str) -> None:
+        """The client has left (`reason`): the queued finals become as few as possible, in
+        order, each at most `limit` samples (the utterance limit: what one final may hold);
+        a final whose transcription already started stays as it is. Its text is logged."""
+        merged: deque[PendingFinal] = deque()
+        for item in self._items:
+            last = merged[-1] if merged else None
+            if (
+                last is None
+                or last.early is not None
+                or item.early is not None
+                or len(last.audio) + len(item.audio) > limit
+            ):
+                merged.append(item)
+                continue
+            audio = np.concatenate([last.audio, item.audio])
+            answers = [*last.answers, *item.answers]
+            seconds = last.seconds + item.seconds
+            merged[-1] = PendingFinal(
+                last.utt, audio, reason, None, last.committed, seconds, answers
+            )
+        if len(merged) < len(self._items):
+            logger.info("client gone: {} finals joined into {}", len(self._items), len(merged))
+        self._items = merged
+        if merged:
+            self.last = merged[-1]
+
+    def abandon(self) -> tuple[int, float]:
+        """Stop now (a shutdown's time is up): the finals not emitted, and the seconds of the
+        client's audio in them."""
+        items = [*([self._running] if self._running is not None else []), *self._items]
+        self._items.clear()
+        for item in items:
+            if item.early is not None:
+                item.early.cancel()
+        self._task.cancel()
+        self.room.set()
+        return len(items), sum(item.seconds for item in items)
+
     async def close(self) -> None:
-        """Wait until every final queued so far has been emitted."""
-        await self._queue.put(None)
-        await self._task
+        """Wait until every final queued so far has been emitted (or `abandon`ed)."""
+        self._closing = True
+        self._wake.set()
+        await asyncio.wait([self._task])
 
     async def _run(self) -> None:
         while True:
-            item = await self._queue.get()
-            if item is None:
-                return
+            while not self._items:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+            item = self._running = self._items.popleft()
             try:
                 await self._final(item)
                 if item.reason == "silence" and self._observe is not None:
                     self._observe(time.monotonic() - item.committed)
             finally:
+                self._running = None
                 if self.last is item:
                     self.last = None
                 self.pending -= len(item.audio)

@@ -1,15 +1,22 @@
 """Bounded set of live streaming sessions (limit on connect, finals on shutdown). A
-multichannel stream (`channels.ChannelGroup`) takes one seat per channel."""
+multichannel stream (`channels.ChannelGroup`) takes one seat per channel.
+
+A session whose client has left gives its seat back at once (`leave`) while its remaining
+finals run (joined into a few: `Finals.merge`); as many channels of such sessions as there
+are seats may run at once, and one beyond keeps its seat until its finals are done. A
+shutdown waits for every session's finals at most SHUTDOWN_TIMEOUT seconds, or until a
+second signal; then it stops them and logs what was not transcribed."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from loguru import logger
 
 Drain = Callable[[], Awaitable[None]]
+Force = asyncio.Event | None  # set: stop waiting now
 
 
 class Live(Protocol):
@@ -22,6 +29,7 @@ class Live(Protocol):
     @property
     def pending_seconds(self) -> float: ...
     async def close(self, reason: str) -> None: ...
+    def abandon(self) -> tuple[int, float]: ...
 
 
 class SessionLimitError(Exception):
@@ -31,7 +39,8 @@ class SessionLimitError(Exception):
 class SessionRegistry:
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
-        self._sessions: dict[Live, Drain | None] = {}
+        self._sessions: dict[Live, Drain | None] = {}  # seated
+        self._gone: set[Live] = set()  # their clients have left; finals still running
         self.closing = False  # the server is shutting down: no new sessions
 
     def __len__(self) -> int:
@@ -55,26 +64,66 @@ class SessionRegistry:
             )
         self._sessions[session] = drain
 
+    def leave(self, session: Live) -> None:
+        """Its client has left: the seat is free for another while its finals run, unless
+        as many channels as there are seats are already finishing so."""
+        if session not in self._sessions:
+            return
+        if sum(s.channels for s in self._gone) + session.channels > self.max_sessions:
+            logger.info("client gone; its seat is held until its finals are done")
+            return
+        del self._sessions[session]
+        self._gone.add(session)
+        logger.info(
+            "client gone; seat released, {:.1f} s of its audio still to transcribe",
+            session.pending_seconds,
+        )
+
     def lag(self) -> tuple[float, float]:
         """The largest lag of a live session (`StreamSession.lag`), and the seconds of audio
-        committed and waiting for finals over all sessions (read by /metrics)."""
-        sessions = list(self._sessions)
-        most = max((s.lag for s in sessions), default=0.0)
-        return most, sum(s.pending_seconds for s in sessions)
+        committed and waiting for finals over all sessions, those of clients that left
+        included (read by /metrics)."""
+        most = max((s.lag for s in self._sessions), default=0.0)
+        return most, sum(s.pending_seconds for s in [*self._sessions, *self._gone])
 
     def remove(self, session: Live) -> None:
         self._sessions.pop(session, None)
+        self._gone.discard(session)
 
-    async def close_all(self) -> None:
-        """Server shutdown: every open utterance gets its final."""
+    async def close_all(self, timeout: float | None = None, force: Force = None) -> None:
+        """Server shutdown: every open utterance gets its final, for at most `timeout`
+        seconds or until `force` is set (a second signal); then the sessions still
+        transcribing are stopped, and what they did not transcribe is logged."""
         self.closing = True
-        sessions = list(self._sessions.items())
-        if sessions:
-            logger.info("finalizing {} streaming sessions", len(sessions))
+        sessions = [*self._sessions.items(), *((s, None) for s in self._gone)]
+        if not sessions:
+            return
+        logger.info("finalizing {} streaming sessions", len(sessions))
 
         async def finish(session: Live, drain: Drain | None) -> None:
             await session.close("shutdown")
             if drain is not None:
                 await drain()
 
-        await asyncio.gather(*(finish(s, d) for s, d in sessions), return_exceptions=True)
+        tasks = {asyncio.ensure_future(finish(s, d)): s for s, d in sessions}
+        everything = asyncio.gather(*tasks, return_exceptions=True)
+        waits: set[asyncio.Future[Any]] = {everything}
+        if force is not None:
+            waits.add(asyncio.ensure_future(force.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits - {everything}:
+                wait.cancel()
+            for task, session in tasks.items():
+                if not task.done():
+                    task.cancel()
+                    finals, seconds = session.abandon()
+                    if finals:
+                        logger.warning(
+                            "shutdown: {} finals ({:.1f} s of audio) of a streaming session "
+                            "not transcribed",
+                            finals,
+                            seconds,
+                        )
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -21,6 +21,9 @@ events (`events.py`) through `emit`. Where turns start and end is the TurnDetect
   `idle_timeout_ms` of audio without speech) commits an empty item, whose final is empty.
 - Audio waiting for its final is bounded (`max_pending_s`): past it, `feed()` waits until
   finals catch up, so the transport stops reading the client (back-pressure).
+- A client that has left no longer waits for its finals: those still queued are joined into
+  as few as the utterance limit allows (`Finals.merge`); a shutdown whose time is up stops
+  them (`abandon`).
 """
 
 from __future__ import annotations
@@ -177,14 +180,33 @@ class StreamSession:
         from two places at once (a disconnect and the server's shutdown): both wait."""
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close(reason))
-        await asyncio.shield(self._closing)
+        closing = self._closing
+        await asyncio.wait([closing])  # (returns, not raises, once it is abandoned)
+        if not closing.cancelled() and (error := closing.exception()) is not None:
+            raise error
 
     async def _close(self, reason: str) -> None:
         self.client_gone = reason in CLIENT_GONE
         await self.flush(reason)
+        if self.client_gone:
+            self._finals.merge(int(self.config.max_utterance_s * SAMPLE_RATE), reason)
         self.closed = True
         self._finals.room.set()  # a feed() waiting for room returns (and drops its audio)
         await self._finals.close()
+
+    def abandon(self) -> tuple[int, float]:
+        """Stop transcribing now (a shutdown's time is up): the finals not emitted and the
+        seconds of audio in them; `close()` returns at once from now on."""
+        self.closed = True
+        self._cancel_partial()
+        self._cancel_early()
+        lost = self._finals.abandon()
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+            self._closing.set_result(None)
+        else:
+            self._closing.cancel()
+        return lost
 
     # -- turns ---------------------------------------------------------------------------
     async def _on_turn(self, event: TurnEvent) -> None:
