@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import soundfile as sf
+import soxr
 
 import speech
 
@@ -73,3 +74,33 @@ def call(echo_db: float | None = None) -> tuple[bytes, list[float]]:
     buf = io.BytesIO()
     sf.write(buf, tracks.T, RATE, format="WAV", subtype="PCM_16")
     return buf.getvalue(), starts
+
+
+def sentence(number: int) -> np.ndarray:
+    """tests/data/speech/sentence_NN.wav (about 0.2 s of silence at each end)."""
+    audio, rate = sf.read(speech.path(f"sentence_{number:02d}.wav"), dtype="float32")
+    assert rate == RATE
+    return np.asarray(audio, np.float32)
+
+
+def placed_call(turns: list[tuple[int, float, int]], rate: int = RATE) -> tuple[bytes, float]:
+    """A stereo call from (channel, start s, sentence number) turns, 1 s of silence after
+    the last: a 16-bit WAV at `rate`, and its length in seconds."""
+    end = max(start + len(sentence(n)) / RATE for _, start, n in turns) + 1.0
+    tracks = np.zeros((2, int(end * RATE)), np.float32)
+    for channel, start, n in turns:
+        at = int(start * RATE)
+        tracks[channel, at : at + len(sentence(n))] += sentence(n)
+    data = tracks.T if rate == RATE else soxr.resample(tracks.T, RATE, rate)
+    buf = io.BytesIO()
+    sf.write(buf, data, rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue(), end
+
+
+def alternating(count: int = 10, gap_s: float = 0.5) -> list[tuple[int, float, int]]:
+    """`count` turns of sentences 1, 2, ..., on channels 0, 1, 0, ..., `gap_s` apart."""
+    turns, at = [], 0.5
+    for i in range(count):
+        turns.append((i % 2, at, i + 1))
+        at += len(sentence(i + 1)) / RATE + gap_s
+    return turns

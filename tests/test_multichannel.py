@@ -15,7 +15,20 @@ import openai
 import pytest
 import soundfile as sf
 
-from calls import AGENT, CUSTOMER, NAMES, RATE, call, call_tracks, clip, reference
+import speech
+from calls import (
+    AGENT,
+    CUSTOMER,
+    NAMES,
+    RATE,
+    alternating,
+    call,
+    call_tracks,
+    clip,
+    placed_call,
+    reference,
+    sentence,
+)
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio.channels import EchoGate, without_echo
@@ -210,3 +223,55 @@ def test_on_qwen_each_turn_is_placed_in_time(qwen_settings: Any) -> None:
     assert [s.channel for s in segments] == [0, 1, 0, 1], segments
     for segment, start in zip(segments, starts, strict=True):
         assert abs(segment.start - start) < 0.4, (segment.start, start)
+
+
+def sentence_words(number: int) -> set[str]:
+    return set(normalize(speech.sentences()[f"sentence_{number:02d}.wav"]).split())
+
+
+def check_turns(segments: list[Any], turns: list[tuple[int, float, int]]) -> None:
+    """One segment a turn, in the turns' order, each on its channel, starting at its speech
+    (the sentence's audio starts ~0.2 s into its clip) and holding mostly its words."""
+    assert [s.channel for s in segments] == [c for c, _, _ in turns], segments
+    for s, (_, start, number) in zip(segments, turns, strict=True):
+        assert start - 0.3 < s.start < start + 0.8, (s, start)
+        assert s.end < start + len(sentence(number)) / RATE + 0.5, (s, start)
+        words = normalize(s.text).split()
+        assert sum(w in sentence_words(number) for w in words) >= 0.6 * len(words), (s, number)
+
+
+def test_a_long_call_comes_back_turn_by_turn_in_order(server: LiveServer) -> None:
+    """44 s of 10 alternating turns, 0.5 s apart (issue 49): pauses were shortened on each
+    channel where the other side speaks, so whisper heard one side's turns back to back
+    and one segment held three of them (0.31-20.81 s). Now the turns alternate, each one
+    segment at its own time; and an agent at 0.5 s and 40.5 s with the customer at 20.5 s
+    gives three segments, not one agent segment from 0.57 s to 46 s."""
+    for turns in (alternating(), [(0, 0.5, 1), (1, 20.5, 2), (0, 40.5, 3)]):
+        audio, _ = placed_call(turns)
+        body = client(server).audio.transcriptions.create(
+            model="whisper-1",
+            file=("call.wav", audio),
+            response_format="verbose_json",
+            extra_body={"multichannel": "true"},
+        )
+        check_turns(body.segments or [], turns)
+        assert body.words is None  # asked of whisper to place the segments, not sent
+
+
+def test_a_short_8_khz_call_places_each_segment_at_its_speech(server: LiveServer) -> None:
+    """An 8 kHz 14 s call (issue 49: a segment started at 7.0 s for speech at 13.0 s)."""
+    turns = [(0, 0.5, 1), (1, 4.5, 2), (0, 8.5, 4), (1, 12.8, 5)]
+    audio, _ = placed_call(turns, rate=8000)
+    body = client(server).audio.transcriptions.create(
+        model="whisper-1",
+        file=("call.wav", audio),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+        extra_body={"multichannel": "true"},
+    )
+    segments: list[Any] = body.segments or []
+    assert [s.channel for s in segments] == [0, 1, 0, 1], segments
+    for s, (_, start, _) in zip(segments, turns, strict=True):
+        assert start - 0.3 < s.start < start + 0.8, (s, start)
+    for w in body.words or []:  # every word inside its segment's time
+        assert any(s.start <= w.start <= w.end <= s.end for s in segments), w

@@ -12,10 +12,19 @@ The result is a map, not a copy: which pieces of the original are kept (`take` a
 any stretch of the shortened audio, a segment at a time, so a long file is never held
 twice), how times in it map back to the original timeline, and where the shortened pauses
 are: the best places to cut it into windows.
+
+A pause of LONG_PAUSE_S or more (`breaks`) is more than a breath: no segment may span it
+once it is shortened, or on the original timeline the segment would cover the seconds
+removed (the service cuts there, or splits a segment's words there). It keeps LONG_KEEP_S,
+so a word whose times run a little into the pause (whisper's last word of a sentence, or
+its first after a pause) still lies on its own side of the pause's middle. A multichannel
+upload's channels are shortened only where every channel is quiet (`others`): on one side
+of a call, the pauses are where the other side speaks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +37,8 @@ QUIET = 0.01  # of the loud (95th percentile) frames' RMS: about -40 dB
 BLOCK = 6000  # frames per energy block (60 s)
 FLOOR = 1e-5  # RMS that is always quiet (digital silence), even in a very quiet file
 MIN_TAIL = SAMPLE_RATE  # no cut at a pause in the last second
+LONG_PAUSE_S = 1.0  # a shortened pause this long in the original: no segment spans it
+LONG_KEEP_S = 0.8  # what is kept of it (at least `keep`)
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,8 @@ class Compacted:
     starts: np.ndarray  # sample index in the shortened audio where each kept piece starts
     origins: np.ndarray  # sample index in the original audio of each piece's start
     original_length: int
+    breaks: np.ndarray  # those of `pauses` that were LONG_PAUSE_S or more in the original
+    margin: int = 0  # samples of silence kept on each side of a break
 
     def take(self, samples: np.ndarray, start: int, end: int) -> np.ndarray:
         """Samples [start, end) of the shortened audio, from the original `samples` (a view
@@ -74,45 +87,99 @@ class Compacted:
         i = first + int(np.argmax(overlap))
         return max(a, bounds[i]) / SAMPLE_RATE, min(b, bounds[i + 1]) / SAMPLE_RATE
 
+    def sides(self, spans: list[tuple[float, float]]) -> list[int]:
+        """For each (start, end) in the shortened audio (seconds, in order: a segment's
+        words), the stretch between breaks that holds it (0: before the first break): the
+        one where it starts, outside the breaks' kept silence (whisper may end a sentence's
+        last word seconds into the pause); for a word that starts in that silence, the one
+        it overlaps most outside it. A word wholly in the silence (whisper may put a
+        sentence's first word there) goes with its nearest neighbour that is not."""
+        bounds = [-np.inf, *(self.breaks / SAMPLE_RATE).tolist(), np.inf]
+        margin = self.margin / SAMPLE_RATE
+        found: list[int | None] = []
+        for a, b in spans:
+            first = int(np.searchsorted(self.breaks, round(a * SAMPLE_RATE), side="right"))
+            last = int(np.searchsorted(self.breaks, round(b * SAMPLE_RATE), side="right"))
+            overlap = {
+                i: min(b, bounds[i + 1] - margin) - max(a, bounds[i] + margin)
+                for i in range(first, last + 1)
+            }
+            if bounds[first] + margin <= a < bounds[first + 1] - margin:  # starts in speech
+                overlap = {first: 1.0}
+            best = max(overlap, key=lambda i: overlap[i])
+            found.append(best if overlap[best] > 0 else None)
+        known = [(i, side) for i, side in enumerate(found) if side is not None]
+        if not known:
+            return [int(np.searchsorted(self.breaks, round(a * SAMPLE_RATE))) for a, _ in spans]
+        return [
+            side if side is not None else min(known, key=lambda k: abs(k[0] - i))[1]
+            for i, side in enumerate(found)
+        ]
+
+    def side_bounds(self, side: int) -> tuple[float, float]:
+        """The stretch `side` (see `sides`) in the shortened audio, in seconds."""
+        lo = int(self.breaks[side - 1]) if side > 0 else 0
+        hi = int(self.breaks[side]) if side < len(self.breaks) else self.length
+        return lo / SAMPLE_RATE, hi / SAMPLE_RATE
+
     def original_sample(self, sample: int, end: bool = False) -> int:
         if sample >= self.length:
             return self.original_length
         return round(self.to_original(sample / SAMPLE_RATE, end) * SAMPLE_RATE)
 
 
-def compact(samples: np.ndarray, keep_seconds: float) -> Compacted | None:
-    """The audio with every quiet run longer than `keep_seconds` shortened to it; None when
-    there is none (nothing to gain, no copy)."""
-    hops = len(samples) // HOP
-    keep = max(1, round(keep_seconds * SAMPLE_RATE / HOP))
-    if hops <= keep:
-        return None
+def quiet_frames(samples: np.ndarray, hops: int) -> np.ndarray:
+    """Per 10 ms frame of the first `hops`: is it quiet (smoothed, relative to the loud
+    frames of `samples`)?"""
     frames = samples[: hops * HOP].reshape(hops, HOP)  # a view: an hour is 230 MB
     energy = np.empty(hops)
     for i in range(0, hops, BLOCK):  # a minute at a time: no copy of the whole file
         block = frames[i : i + BLOCK].astype(np.float64)
         energy[i : i + BLOCK] = np.sqrt(np.mean(block * block, axis=1))
     energy = np.convolve(energy, np.ones(SMOOTH) / SMOOTH, "same")
-    quiet = energy < max(QUIET * float(np.percentile(energy, 95)), FLOOR)
+    quiet: np.ndarray = energy < max(QUIET * float(np.percentile(energy, 95)), FLOOR)
+    return quiet
+
+
+def compact(
+    samples: np.ndarray, keep_seconds: float, others: Sequence[np.ndarray] = ()
+) -> Compacted | None:
+    """The audio with every quiet run longer than `keep_seconds` shortened to it; None when
+    there is none (nothing to gain, no copy). `others`: the other channels of a call, as
+    long as `samples`; a run counts only where they are quiet too."""
+    hops = len(samples) // HOP
+    keep = max(1, round(keep_seconds * SAMPLE_RATE / HOP))
+    if hops <= keep:
+        return None
+    quiet = quiet_frames(samples, hops)
+    for other in others:  # never across the other side's speech
+        quiet &= quiet_frames(other, hops)
     edges = np.diff(np.concatenate(([0], quiet.astype(np.int8), [0])))
-    runs = [
-        (int(s), int(e))
+    long_run, long_keep = (
+        round(LONG_PAUSE_S * SAMPLE_RATE / HOP),
+        round(LONG_KEEP_S * SAMPLE_RATE / HOP),
+    )
+    runs = [  # (first frame, end frame, frames kept)
+        (int(s), int(e), max(keep, long_keep) if e - s >= long_run else keep)
         for s, e in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True)
-        if e - s > keep
     ]
+    runs = [(s, e, k) for s, e, k in runs if e - s > k]
     if not runs:
         return None
-    cuts = [((s + keep // 2) * HOP, (e - (keep - keep // 2)) * HOP) for s, e in runs]
+    cuts = [((s + k // 2) * HOP, (e - (k - k // 2)) * HOP) for s, e, k in runs]
     pieces_from = [0, *(b for _, b in cuts)]
     pieces_to = [*(a for a, _ in cuts), len(samples)]
     lengths = np.array([b - a for a, b in zip(pieces_from, pieces_to, strict=True)])
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    long = np.array([e - s >= long_run for s, e, _ in runs], bool)
     return Compacted(
         length=int(lengths.sum()),
         pauses=starts[1:].copy(),
         starts=starts,
         origins=np.array(pieces_from),
         original_length=len(samples),
+        breaks=starts[1:][long],
+        margin=max(keep, long_keep) // 2 * HOP,
     )
 
 
@@ -136,3 +203,11 @@ class Source:
             return None
         pauses = self.compacted.pauses
         return pauses[(pauses > pos) & (pauses < self.length - MIN_TAIL)] - pos
+
+    def breaks_after(self, pos: int) -> np.ndarray:
+        """The long pauses (`Compacted.breaks`) after `pos`, relative to it: where a segment
+        must end when the engine gives no word times to split one at."""
+        if self.compacted is None:
+            return np.zeros(0, np.int64)
+        breaks = self.compacted.breaks
+        return breaks[breaks > pos] - pos

@@ -8,8 +8,11 @@ The merge orders by time, so segments must be placed well. On an engine whose se
 have no times of their own (Qwen: a window's segment starts where the window starts), each
 channel is cut at its turns (voice detection, `speech_turns`), joined across the pauses in
 which no other channel speaks (`joined_turns`: no cut is needed there). Whisper's windows keep their
-context (and its accuracy); a segment's start is moved to where voice detection hears its
-speech start, as whisper may start a window's first segment at the window's start.
+context (and its accuracy), and its word times place each segment: a segment's words are
+split at those turns (whisper may hold two turns of one side, with the other side's turn
+between them, in one segment) and each part starts where voice detection hears its speech
+start (whisper may start a window's first segment at the window's start). Pauses are
+shortened only where every channel is quiet (`compact`'s `others`).
 
 Streamed (`stream_channels`), a segment is sent as soon as no channel can still produce an
 earlier one: each channel's parts come in order, and a channel's next part starts after its
@@ -18,11 +21,13 @@ last part's span, so a segment starting before every channel's last span end is 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 import numpy as np
 from loguru import logger
@@ -32,7 +37,7 @@ from ..audio.decode import Audio
 from ..audio.segmentation import Span, joined_turns, speech_onset, speech_turns
 from ..errors import BadRequestError, ModelLoadError
 from ..text import join_texts
-from ..transcript import Segment, TokenUsage, Transcript
+from ..transcript import Segment, TokenUsage, Transcript, Word
 from .long_form import SegmentResult, merge
 from .service import Options, Transcriber
 
@@ -82,23 +87,32 @@ async def stream_channels(
     except ModelLoadError as exc:  # (the vad extra is not installed) cut as a mono file
         logger.warning("multichannel without voice detection: {}", exc)
     by_turn = by_turn and bool(heard)
-    plans = await asyncio.to_thread(turn_plans, heard, audios) if by_turn else []
+    plans = await asyncio.to_thread(turn_plans, heard, audios) if heard else []
+    asked = options.request.word_timestamps
+    if plans and not by_turn:  # whisper's words place its segments at the turns
+        options = replace(options, request=replace(options.request, word_timestamps=True))
 
     def keep(channel: int, part: SegmentResult) -> None:
+        if plans and not by_turn:  # whisper's windows
+            part.segments = at_turns(part.segments, plans[channel], heard[channel])
         tag(part.segments, channel, names[channel])
-        for segment in part.segments if heard and not by_turn else []:  # whisper's windows
-            onset = speech_onset(heard[channel], segment.start, segment.end)
-            segment.start = min([onset, *(w.start for w in segment.words[:1])])
+        for segment in part.segments if not asked else []:  # asked only to place segments
+            segment.words = []
         parts[channel].append(part)
 
+    samples = [a.samples for a in audios]
     streams = [
-        turns(transcriber, a, plans[c], options) if by_turn else transcriber.stream(a, options)
+        turns(transcriber, a, plans[c], options)
+        if by_turn
+        else transcriber.stream(a, options, tuple(samples[:c] + samples[c + 1 :]))
         for c, a in enumerate(audios)
     ]
     async for segment in in_time_order(streams, keep):
         yield segment
     language = options.request.language
     results = [merge(p, a, language) for p, a in zip(parts, audios, strict=True)]
+    for result in results if not asked else []:
+        result.word_source = None
     yield merge_channels(results, names)
 
 
@@ -170,6 +184,39 @@ async def turns(
         for _, _, task in window:
             task.cancel()
         await asyncio.gather(*(task for _, _, task in window), return_exceptions=True)
+
+
+def at_turns(segments: list[Segment], turns: list[Span], probs: np.ndarray) -> list[Segment]:
+    """Whisper's segments placed at the channel's `turns`: a segment's words split by the
+    turn each is nearest (a segment never spans the other side's turn), each part from
+    where voice detection (`probs`) hears its speech start to its last word's end, inside
+    its turn. A segment without words keeps its text, its start moved to its speech."""
+    starts = [t.start_s for t in turns]
+    out: list[Segment] = []
+    for s in segments:
+        if not s.words or not turns:
+            s.start = min(speech_onset(probs, s.start, s.end), s.end)
+            out.append(s)
+            continue
+        groups: dict[int, list[Word]] = {}
+        for w in s.words:
+            groups.setdefault(nearest(turns, starts, (w.start + w.end) / 2), []).append(w)
+        for k, words in groups.items():
+            turn = turns[k]
+            stop = max(turn.start_s, min(max(w.end for w in words), turn.end_s))
+            start = min(speech_onset(probs, max(words[0].start, turn.start_s), stop), stop)
+            for w in words:  # inside the part
+                w.start, w.end = min(max(w.start, start), stop), min(max(w.end, start), stop)
+            text = s.text if len(groups) == 1 else join_texts([w.word for w in words])
+            out.append(replace(s, start=start, end=stop, text=text, words=words))
+    return out
+
+
+def nearest(turns: list[Span], starts: list[float], t: float) -> int:
+    """The index of the turn that holds `t`, else of the one nearest to it."""
+    i = max(0, bisect.bisect_right(starts, t) - 1)
+    near = [j for j in (i, i + 1) if j < len(turns)]
+    return min(near, key=lambda j: max(turns[j].start_s - t, t - turns[j].end_s, 0.0))
 
 
 def placed(index: int, span: Span, result: Transcript) -> SegmentResult:

@@ -7,7 +7,7 @@ limits and remaps their times (segment offset, then the pauses `compaction` shor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..audio.compaction import Compacted
 from ..audio.decode import Audio
@@ -15,7 +15,7 @@ from ..audio.pcm import SAMPLE_RATE
 from ..audio.segmentation import Span
 from ..engines.base import ALIGNER_MAX_SECONDS, TranscribeResult
 from ..text import collapse_repetitions, join_texts
-from ..transcript import Segment, TokenLogprob, TokenUsage, Transcript
+from ..transcript import Segment, TokenLogprob, TokenUsage, Transcript, Word
 from .timestamps import ensure_words
 
 # A long file's first segment is cut at a pause within its first 10 s: it runs alone, so the
@@ -92,16 +92,15 @@ def shift(
         t = min(t + offset, end)
         return compacted.to_original(t, end=True) if compacted is not None else t
 
-    for s in result.segments:
+    for s in split_at(result.segments, compacted, offset, end - offset):
         s.end = end_at(s.end)
         s.start = min(start_at(s.start), s.end)
-        for w in s.words:
-            if compacted is not None:  # a word stays on its side of a shortened pause
-                a, b = compacted.within_piece(min(w.start + offset, end), min(w.end + offset, end))
-                w.start, w.end = a - offset, b - offset
+        for w in s.words:  # (split_at kept each word on its side of a shortened pause)
             w.end = end_at(w.end)
             w.start = min(start_at(w.start), w.end)
         s.text = collapse_repetitions(s.text)
+        if not word_timestamps:  # asked of the engine only to split at long pauses
+            s.words = []
         if s.text:
             segments.append(s)
     source = None
@@ -124,6 +123,40 @@ def shift(
         logprobs=result.logprobs,
         usage=result.usage,
     )
+
+
+def split_at(
+    segments: list[Segment], compacted: Compacted | None, offset: float, length: float
+) -> list[Segment]:
+    """A segment that spans a long shortened pause (`Compacted.breaks`): its words on each
+    side of it as segments of their own, from the first word's start to the last's end: on
+    the original timeline a segment never spans the seconds removed, and starts where its
+    speech does. Other segments, and those without words, keep their times; every word is
+    kept to one piece. `offset`: the segment audio's start in the shortened audio;
+    `length`: its length (times past it are capped)."""
+    if compacted is None:
+        return segments
+    out: list[Segment] = []
+    for s in segments:
+        spans = [(min(w.start, length) + offset, min(w.end, length) + offset) for w in s.words]
+        first, last = ((min(t, length) + offset) * SAMPLE_RATE for t in (s.start, s.end))
+        if not s.words or not ((compacted.breaks > first) & (compacted.breaks < last)).any():
+            for w, (a, b) in zip(s.words, spans, strict=True):
+                a, b = compacted.within_piece(a, b)
+                w.start, w.end = a - offset, b - offset
+            out.append(s)
+            continue
+        groups: dict[int, list[Word]] = {}
+        for w, (a, b), side in zip(s.words, spans, compacted.sides(spans), strict=True):
+            lo, hi = compacted.side_bounds(side)  # kept to its side, then to one piece
+            a, b = compacted.within_piece(min(max(a, lo), hi), min(max(b, lo), hi))
+            w.start, w.end = a - offset, b - offset
+            groups.setdefault(side, []).append(w)
+        for words in groups.values():
+            text = s.text if len(groups) == 1 else join_texts([w.word for w in words])
+            start, stop = words[0].start, max(words[-1].end, words[0].start)
+            out.append(replace(s, start=start, end=stop, text=text, words=words))
+    return out
 
 
 def overall_language(parts: list[SegmentResult], forced: str | None) -> str | None:

@@ -86,13 +86,20 @@ class Transcriber:
         return build_decoding(self.manager.engine, **fields)
 
     # -- transcription -----------------------------------------------------------------
-    async def stream(self, audio: Audio, options: Options) -> AsyncIterator[SegmentResult]:
+    async def stream(
+        self, audio: Audio, options: Options, others: tuple[np.ndarray, ...] = ()
+    ) -> AsyncIterator[SegmentResult]:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
         Each segment is its own scheduler job; with remote backends one per backend slot is
         in flight, so they share a long file. A real-time job still runs between
         two engine calls of a long upload, and if the consumer goes away the remaining
-        segments are never submitted and those in flight are cancelled.
+        segments are never submitted and those in flight are cancelled. `others`: the other
+        channels of a call (pauses are shortened only where they are quiet too).
+
+        No segment spans a long shortened pause (`Compacted.breaks`): an engine with word
+        times of its own (whisper) is asked for them, and its segments are split at those
+        pauses by their words (`shift`); the file of any other engine is cut there.
         """
         async with self.manager.use() as engine:
             pos, index, total = 0, 0, len(audio.samples)
@@ -104,10 +111,15 @@ class Transcriber:
             keep = 0.0 if options.cut_rules else self.settings.compact_pauses_ms / 1000
             # the long pauses of a long file are shortened first: fewer windows to decode
             compacted = (
-                await asyncio.to_thread(compact, audio.samples, keep)
+                await asyncio.to_thread(compact, audio.samples, keep, others)
                 if long_form and keep
                 else None
             )
+            asked = options.request.word_timestamps
+            long_pauses = compacted is not None and len(compacted.breaks) > 0
+            split = long_pauses and engine.word_timestamps == "native"
+            if split and not asked:  # words to split segments at long pauses, then dropped
+                options = replace(options, request=replace(options.request, word_timestamps=True))
             source = Source(audio.samples, compacted)
             total = source.length
             first = cuts.first_limit(total)
@@ -122,7 +134,7 @@ class Transcriber:
                 while pos < total or window:
                     while pos < total and len(window) < size:
                         end = await self._next_cut(
-                            source, pos, first if pos == 0 else limit, options.cut_rules
+                            source, pos, first if pos == 0 else limit, options.cut_rules, split
                         )
                         span = Span(pos, end)
                         # a long file's first segment runs alone, even when the engine
@@ -144,7 +156,7 @@ class Transcriber:
                         span,
                         result,
                         seconds,
-                        options.request.word_timestamps,
+                        asked,
                         word_source,
                         compacted,
                     )
@@ -298,9 +310,12 @@ class Transcriber:
         return merge(parts, audio, options.request.language)
 
     async def _next_cut(
-        self, source: Source, pos: int, limit: int | None, rules: CutRules | None
+        self, source: Source, pos: int, limit: int | None, rules: CutRules | None, split: bool
     ) -> int:
         longest = min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
+        breaks = source.breaks_after(pos)
+        if not split and len(breaks) and breaks[0] < longest:  # no segment spans a long pause
+            return pos + int(breaks[0])
         if source.length - pos <= longest:
             return source.length
         # from `pos`: one sample more than a segment, so the segmenter sees that more follows

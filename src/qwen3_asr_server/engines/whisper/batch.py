@@ -130,7 +130,8 @@ def tail_start(audio: np.ndarray, end: float) -> int:
     starting inside the next word garbles it, starting inside the last one repeats it)."""
     lo = max(0, int((end - 0.3) * SAMPLE_RATE))
     hi = min(len(audio), int((end + 0.5) * SAMPLE_RATE))
-    return lo + quietest_point(audio[lo:hi]) if hi > lo else min(len(audio), int(end * SAMPLE_RATE))
+    at = lo + quietest_point(audio[lo:hi]) if hi > lo else min(len(audio), int(end * SAMPLE_RATE))
+    return at - at % (SAMPLE_RATE // 100)  # on a 10 ms step, as the pipeline places clips
 
 
 def _sounds(audio: np.ndarray, start: int) -> bool:
