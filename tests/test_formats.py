@@ -44,6 +44,26 @@ def test_srt_parses_and_has_no_overlaps() -> None:
     assert subs[1].end.total_seconds() == 3661.25
 
 
+def test_overlapping_speech_of_two_speakers_keeps_its_times() -> None:
+    """Issue 49: a customer who interjects during the agent's turn (2.58-4.0 s) became
+    `00:00:07,000 --> 00:00:07,001`. Cues of different speakers (channels) may overlap, as
+    their speech does; one speaker's cues still never do."""
+    turns = [
+        Segment(0.5, 7.0, "Agent speaking.", speaker="agent", channel=0),
+        Segment(2.58, 4.0, "Customer interjects.", speaker="customer", channel=1),
+        Segment(6.8, 9.0, "Agent again.", speaker="agent", channel=0),
+    ]
+    subs = list(srt.parse(to_srt(turns)))
+    times = [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subs]
+    assert times == [
+        (0.5, 7.0, "[agent] Agent speaking."),
+        (2.58, 4.0, "[customer] Customer interjects."),
+        (7.0, 9.0, "[agent] Agent again."),
+    ]
+    captions = webvtt.from_buffer(io.StringIO(to_vtt(turns)))
+    assert [(c.start, c.end) for c in captions][1] == ("00:00:02.580", "00:00:04.000")
+
+
 def test_vtt_parses() -> None:
     captions = webvtt.from_buffer(io.StringIO(to_vtt(SEGMENTS)))
     assert [c.text for c in captions] == ["Hello there.", SEGMENTS[1].text, "你好世界"]

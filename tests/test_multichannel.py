@@ -275,3 +275,26 @@ def test_a_short_8_khz_call_places_each_segment_at_its_speech(server: LiveServer
         assert start - 0.3 < s.start < start + 0.8, (s, start)
     for w in body.words or []:  # every word inside its segment's time
         assert any(s.start <= w.start <= w.end <= s.end for s in segments), w
+
+
+def test_an_interjection_keeps_its_times_in_srt_and_vtt(server: LiveServer) -> None:
+    """Issue 49: a customer who spoke during the agent's turn became a 1 ms cue at the end
+    of the agent's cue (`00:00:07,000 --> 00:00:07,001`). Cues of different channels may
+    overlap, as their speech does."""
+    turns = [(0, 0.5, 1), (1, 2.0, 2), (0, 4.5, 3)]  # the customer talks over the agent
+    audio, _ = placed_call(turns)
+    extra = {"multichannel": "true", "channel_names": NAMES}
+    c = client(server)
+    srt = str(c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), response_format="srt", extra_body=extra
+    ))  # fmt: skip
+    cues = [b.split("\n") for b in srt.strip().split("\n\n")]
+    times = {text.split("]")[0][1:]: when.split(" --> ") for _, when, text, *_ in cues}
+    start, end = (int(t[6:8]) + int(t[9:]) / 1000 for t in times["customer"])
+    assert 1.7 < start < 2.9 and end - start > 1.5, srt
+    vtt = str(c.audio.transcriptions.create(
+        model="whisper-1", file=("c.wav", audio), response_format="vtt", extra_body=extra
+    ))  # fmt: skip
+    line = next(ln for ln in vtt.splitlines() if "-->" in ln and "00:00:02" in ln.split()[0])
+    start, end = (float(t[6:]) for t in line.split(" --> "))
+    assert end - start > 1.5, vtt

@@ -59,6 +59,22 @@ def test_short_cues_are_stretched_to_the_minimum_without_overlap() -> None:
     assert cues[-1].end - cues[-1].start >= 1.0
 
 
+def test_cues_of_two_speakers_may_overlap() -> None:
+    """Issue 49: an interjection during another speaker's cue keeps its own times, and the
+    cue it interrupts keeps its end; only one speaker's cues are kept apart."""
+    rules = CueRules(min_seconds=0.833)
+    words = timed("we ship the release at the end of", start=0.5, step=0.8)
+    agent = Segment(0.5, 7.0, "", words=words, speaker="agent")
+    customer = Segment(2.6, 4.0, "", words=[Word("Really?", 2.6, 4.0)], speaker="customer")
+    cues = build_cues([agent, customer], rules)
+    interjection = next(c for c in cues if c.speaker == "customer")
+    assert (interjection.start, interjection.end) == (2.6, 4.0)
+    assert [c.start for c in cues] == sorted(c.start for c in cues)
+    own = [c for c in cues if c.speaker == "agent"]
+    assert own[0].end == words[-1].end  # not cut short at the interjection (was 2.517)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(own))
+
+
 def test_no_cue_is_stretched_past_the_end_of_the_audio() -> None:
     """issue 41: a short last cue was stretched to the minimum duration past the end (a
     0.6 s clip's cue ended at 0.833)."""

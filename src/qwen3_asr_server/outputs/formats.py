@@ -164,19 +164,24 @@ def timestamp(seconds: float, sep: str) -> str:
 
 
 def cues(segments: list[Segment], vtt: bool = False) -> list[tuple[float, float, str]]:
-    """Non-empty, non-overlapping (start, end, text) cues; a segment's speaker is a VTT voice
-    tag (`<v A>`) or an SRT prefix (`[A] `)."""
+    """Non-empty (start, end, text) cues in time order; a segment's speaker is a VTT voice
+    tag (`<v A>`) or an SRT prefix (`[A] `). One speaker's (or channel's) cues never
+    overlap; those of different speakers may, as their speech does (an interjection keeps
+    its own times, not a 1 ms cue after the turn it interrupts)."""
     out: list[tuple[float, float, str]] = []
+    ends: dict[tuple[str | None, int | None], float] = {}  # each voice's last cue end
     for s in segments:
         text = "\n".join(" ".join(ln.split()) for ln in s.text.splitlines() if ln.strip())
         if not text:
             continue
         if s.speaker:
             text = f"<v {s.speaker}>{text}" if vtt else f"[{s.speaker}] {text}"
-        start = max(s.start, out[-1][1]) if out else s.start
+        voice = (s.speaker, s.channel)
+        start = max(s.start, ends.get(voice, s.start))
         end = max(s.end, start + 0.001)
+        ends[voice] = end
         out.append((start, end, text))
-    return out
+    return sorted(out, key=lambda cue: cue[0])
 
 
 def to_srt(segments: list[Segment]) -> str:

@@ -1,6 +1,6 @@
 """Subtitle cues from timed words: sentence and pause breaks, ≤2 lines of display width,
-minimum and maximum durations, no overlaps. CJK is measured in display columns (wide
-characters count 2) and joined without spaces."""
+minimum and maximum durations, no overlaps within one speaker's cues. CJK is measured in
+display columns (wide characters count 2) and joined without spaces."""
 
 from __future__ import annotations
 
@@ -110,6 +110,17 @@ def _must_break(current: list[Word], word: Word, rules: CueRules) -> bool:
 
 
 def _fix_timing(cues: list[Cue], rules: CueRules, duration: float | None) -> list[Cue]:
+    """Each speaker's cues timed on their own (`_fix_voice`), then all in time order: cues
+    of different speakers (or channels) may overlap, as their speech does."""
+    voices: dict[str | None, list[Cue]] = {}
+    for cue in cues:
+        voices.setdefault(cue.speaker, []).append(cue)
+    for own in voices.values():
+        _fix_voice(own, rules, duration)
+    return sorted(cues, key=lambda cue: cue.start)
+
+
+def _fix_voice(cues: list[Cue], rules: CueRules, duration: float | None) -> list[Cue]:
     """Stretch short cues toward the minimum, keep `min_gap` free before the next cue,
     never overlap, never stretch past the end of the audio."""
     for i, cue in enumerate(cues):
