@@ -142,3 +142,14 @@ def test_an_mp3_with_a_length_header_states_its_length() -> None:
 
     data = encode_av(quiet_start_speech(9.3), "mp3", "libmp3lame")
     assert probe_seconds(io.BytesIO(data)) == pytest.approx(9.3, abs=0.05)
+
+
+def test_nan_and_inf_samples_decode_as_silence() -> None:
+    """Issue 49: a float WAV's NaN/Inf samples (whisper made "))))))" of them) decode as 0,
+    at the file's rate and through the resampler (which would spread a NaN)."""
+    for rate in (SAMPLE_RATE, 44100):
+        samples = tone(seconds=1.0, rate=rate).astype(np.float32)
+        samples[::101], samples[50::101], samples[70::101] = np.nan, np.inf, -np.inf
+        audio = decode_audio(encode(samples, rate, "WAV", "FLOAT"))
+        assert np.isfinite(audio.samples).all()
+        assert np.abs(audio.samples).max() > 0.1  # the tone is still there

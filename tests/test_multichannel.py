@@ -14,6 +14,7 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+import soxr
 
 import speech
 from calls import (
@@ -298,3 +299,36 @@ def test_an_interjection_keeps_its_times_in_srt_and_vtt(server: LiveServer) -> N
     line = next(ln for ln in vtt.splitlines() if "-->" in ln and "00:00:02" in ln.split()[0])
     start, end = (float(t[6:]) for t in line.split(" --> "))
     assert end - start > 1.5, vtt
+
+
+def with_bad_floats(audio: np.ndarray) -> np.ndarray:
+    """A copy with NaN, +Inf and -Inf samples sprinkled through it (every 997th sample)."""
+    bad = audio.copy()
+    flat = bad.reshape(-1)
+    flat[::997], flat[500::997], flat[700::997] = np.nan, np.inf, -np.inf
+    return bad
+
+
+@pytest.mark.parametrize(("stereo", "rate"), [(False, 16000), (False, 44100), (True, 44100)])
+def test_nan_and_inf_samples_are_silence_not_brackets(
+    server: LiveServer, stereo: bool, rate: int
+) -> None:
+    """Issue 49: NaN or Inf samples in a float WAV gave "))))))". They are taken as silence
+    (before resampling, which would spread them), and the speech around them is heard."""
+    speech_audio = sentence(1) if not stereo else call_tracks()[0].T
+    audio = soxr.resample(speech_audio, RATE, rate) if rate != RATE else speech_audio
+    buf = io.BytesIO()
+    sf.write(
+        buf, with_bad_floats(np.asarray(audio, np.float32)), rate, format="WAV", subtype="FLOAT"
+    )
+    extra = {"multichannel": "true"} if stereo else {}
+    text = (
+        client(server)
+        .audio.transcriptions.create(
+            model="whisper-1", file=("f.wav", buf.getvalue()), extra_body=extra
+        )
+        .text
+    )
+    assert ")" not in text
+    said = reference(AGENT + CUSTOMER) if stereo else speech.sentences()["sentence_01.wav"]
+    assert wer([said], [text]) < 0.5, text

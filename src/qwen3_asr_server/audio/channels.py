@@ -16,7 +16,7 @@ import soxr
 
 from ..errors import BadRequestError, InvalidAudioError, ServiceError
 from .decode import Audio, Growing, Reserve, Source, check_duration, no_reserve, rewound
-from .pcm import SAMPLE_RATE
+from .pcm import SAMPLE_RATE, finite
 
 MAX_CHANNELS = 8
 ECHO_DB = 15.0  # a frame this much quieter than another channel's is that channel's echo
@@ -45,6 +45,7 @@ def decode_channels(
     try:
         with sf.SoundFile(rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
+                block = finite(block)  # before the resampler can spread a NaN
                 _add(outs, block if rate == SAMPLE_RATE else resampler.resample_chunk(block))
     except ServiceError:
         raise

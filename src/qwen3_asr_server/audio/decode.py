@@ -20,7 +20,7 @@ import soundfile as sf
 import soxr
 
 from ..errors import BadRequestError, InvalidAudioError, ServiceError, TooLargeError
-from .pcm import SAMPLE_RATE
+from .pcm import SAMPLE_RATE, finite
 
 PCM_TYPES = {"audio/pcm", "audio/l16", "audio/x-raw", "audio/raw"}
 PCM_SUFFIXES = (".pcm", ".raw", ".s16le")
@@ -183,7 +183,7 @@ class Growing:
             grown = np.empty(max(need, 2 * len(self._buf)), dtype=np.float32)
             grown[: self._len] = self._buf[: self._len]
             self._buf = grown
-        self._buf[self._len : need] = block
+        self._buf[self._len : need] = finite(block)
         self._len = need
 
     def __len__(self) -> int:
@@ -217,7 +217,7 @@ def _decode_container(source: Source, max_seconds: float | None, reserve: Reserv
     try:
         with sf.SoundFile(rewound(source)) as f:
             for block in f.blocks(blocksize=rate * 10, dtype="float32", always_2d=True):
-                mono = _mono(block)
+                mono = _mono(finite(block))  # before the resampler can spread a NaN
                 out.add(mono if rate == SAMPLE_RATE else resampler.resample_chunk(mono))
     except ServiceError:  # longer than MAX_AUDIO_SECONDS, or past the budget
         raise

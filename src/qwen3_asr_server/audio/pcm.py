@@ -23,3 +23,12 @@ def quietest_point(window: np.ndarray) -> int:
     smooth = np.convolve(energy, np.ones(ENERGY_SMOOTH) / ENERGY_SMOOTH, mode="valid")
     best = int(np.argmin(smooth)) + ENERGY_SMOOTH // 2
     return best * ENERGY_HOP + ENERGY_HOP // 2
+
+
+def finite(samples: np.ndarray) -> np.ndarray:
+    """The samples with every NaN or ±Inf (a float file can hold them) set to 0: silence
+    where the file says nothing a sample could be. Whisper turned them into "))))))", and
+    a resampler spreads one NaN over its neighbours. A view when all are finite."""
+    if np.isfinite(samples).all():
+        return samples
+    return np.where(np.isfinite(samples), samples, np.float32(0.0)).astype(samples.dtype)
