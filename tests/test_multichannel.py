@@ -133,6 +133,9 @@ def many_channels(count: int) -> bytes:
     return buf.getvalue()
 
 
+MC, NAMES_ = {"multichannel": "true"}, "channel_names"
+
+
 @pytest.mark.parametrize(
     ("file", "fields", "param"),
     [
@@ -141,6 +144,13 @@ def many_channels(count: int) -> bytes:
         (lambda: call()[0], {"multichannel": "true", "channel_names[]": ["a"]}, "channel_names"),
         (lambda: call()[0], {"multichannel": "true", "diarize": "true"}, "diarize"),
         (lambda: call()[0], {"channel_names[]": ["a", "b"]}, "channel_names"),
+        # issue 49: the names label SRT and VTT cues, as known_speaker_names[] do
+        (lambda: call()[0], MC | {"channel_names[]": ["a\n\n99\n00:00:00,000 --> x", "b"]}, NAMES_),
+        (lambda: call()[0], MC | {"channel_names[]": ["Agent>Bob", "b"]}, NAMES_),
+        (lambda: call()[0], MC | {"channel_names[]": ["[a]", "b"]}, NAMES_),
+        (lambda: call()[0], MC | {"channel_names[]": ["a --> b", "b"]}, NAMES_),
+        (lambda: call()[0], MC | {"channel_names[]": ["x" * 65, "b"]}, NAMES_),
+        (lambda: call()[0], MC | {"channel_names[]": ["same", " same"]}, NAMES_),
     ],
 )
 def test_bad_multichannel_requests_name_the_field(

@@ -41,18 +41,33 @@ from ..transcript import Segment, TokenUsage, Transcript, Word
 from .long_form import SegmentResult, merge
 from .service import Options, Transcriber
 
+MAX_NAME_CHARS = 64  # as known_speaker_names[]: a voice tag, not a paragraph
+
 
 def channel_names(names: list[str] | None, count: int) -> list[str]:
-    """`channel_names[]` as given (one per channel), or `channel 0`, `channel 1`, ..."""
+    """`channel_names[]` as given (one per channel), or `channel 0`, `channel 1`, ...
+
+    A name becomes an SRT prefix (`[agent] `) and a VTT voice tag (`<v agent>`), so the
+    rules of `known_speaker_names[]` apply: distinct, non-empty, at most MAX_NAME_CHARS,
+    without <, >, [, ] or line breaks (a line break and `-->` made a cue of their own),
+    and without `-->` (which WebVTT forbids in a cue)."""
     if not names:
         return [f"channel {i}" for i in range(count)]
     names = [n.strip() for n in names]
-    if len(names) != count or not all(names):
+    if len(names) != count or not all(names) or len(set(names)) != len(names):
         raise BadRequestError(
             f"channel_names[] has {len(names)} names for {count} channels: give one "
-            "non-empty name per channel, in channel order.",
+            "distinct, non-empty name per channel, in channel order.",
             param="channel_names",
         )
+    for name in names:
+        bad = any(c in name for c in "<>[]\r\n\u2028\u2029") or "-->" in name
+        if bad or len(name) > MAX_NAME_CHARS:
+            raise BadRequestError(
+                f"channel_names[]: {name[:40]!r} must be at most {MAX_NAME_CHARS} characters "
+                "without <, >, [, ], --> or line breaks (it labels SRT and VTT cues).",
+                param="channel_names",
+            )
     return names
 
 
