@@ -151,6 +151,8 @@ MC, NAMES_ = {"multichannel": "true"}, "channel_names"
         (lambda: call()[0], MC | {"channel_names[]": ["a --> b", "b"]}, NAMES_),
         (lambda: call()[0], MC | {"channel_names[]": ["x" * 65, "b"]}, NAMES_),
         (lambda: call()[0], MC | {"channel_names[]": ["same", " same"]}, NAMES_),
+        (lambda: call()[0], MC | {"include[]": ["logprobs"]}, "include"),  # was "logprobs": []
+        (lambda: call()[0], MC | {"include[]": ["logprobs"], "stream": "true"}, "include"),
     ],
 )
 def test_bad_multichannel_requests_name_the_field(

@@ -96,6 +96,13 @@ class TranscriptionForm(UploadForm):
                 "channel's speaker), or diarize=true on a mono mix.",
                 param="diarize",
             )
+        if "logprobs" in (self.include or []):  # was `"logprobs": []`, and none in a stream
+            raise BadRequestError(
+                "multichannel and include[]=logprobs cannot be combined: the channels' tokens "
+                "interleave in time and have no one order. Transcribe each channel as a mono "
+                "file for its logprobs.",
+                param="include",
+            )
         return True
 
     def diarizes(self) -> bool:
