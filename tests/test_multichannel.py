@@ -6,7 +6,9 @@ channels merge into one timeline, and the OpenAI SDK parses every answer."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -30,9 +32,11 @@ from calls import (
     reference,
     sentence,
 )
+from engines import Recording
 from helpers import whisper_settings
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio.channels import EchoGate, without_echo
+from qwen3_asr_server.engines import create_engine
 from server import LiveServer, live_server
 from wer import normalize, wer
 
@@ -344,3 +348,42 @@ def test_nan_and_inf_samples_are_silence_not_brackets(
     assert ")" not in text
     said = reference(AGENT + CUSTOMER) if stereo else speech.sentences()["sentence_01.wav"]
     assert wer([said], [text]) < 0.5, text
+
+
+def test_a_call_gets_the_same_text_however_busy_the_server_is() -> None:
+    """Issue 49: a call's text changed from run to run: each channel's job was decoded alone
+    or in one engine call with the other channel's, depending on timing (whisper's batched
+    word times differ by tens of ms, and its tails start there). Now each job runs in a call
+    of its own: on an idle server, and with both channels' jobs queued behind a long
+    upload, no call carries two of them and the text is the same."""
+    audio, _ = placed_call(alternating(6))
+    length = round(sf.info(io.BytesIO(audio)).duration, 2)
+    engine = Recording(create_engine(whisper_settings()))
+    with live_server(create_app(whisper_settings(), engine=engine)) as srv:  # type: ignore[arg-type]
+        c = client(srv)
+
+        def transcribe() -> str:
+            return c.audio.transcriptions.create(
+                model="whisper-1",
+                file=("c.wav", audio),
+                response_format="verbose_json",
+                timestamp_granularities=["word", "segment"],
+                extra_body={"multichannel": "true"},
+            ).text
+
+        quiet = transcribe()
+        long_file = speech.path("long_2min.wav").read_bytes()
+        with ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(
+                c.audio.transcriptions.create, model="whisper-1", file=("l.wav", long_file)
+            )
+            deadline = time.monotonic() + 120
+            while not srv.ctx.scheduler.busy:  # the long upload holds the engine
+                assert time.monotonic() < deadline and not busy.done()
+                time.sleep(0.01)
+            loaded = transcribe()
+            busy.result()
+    jobs = iter(engine.calls)
+    calls = [[round(next(jobs), 2) for _ in range(size)] for size in engine.batch_sizes]
+    assert all(len(call) == 1 for call in calls if length in call), calls
+    assert loaded == quiet

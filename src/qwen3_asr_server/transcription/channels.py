@@ -106,6 +106,8 @@ async def stream_channels(
     asked = options.request.word_timestamps
     if plans and not by_turn:  # whisper's words place its segments at the turns
         options = replace(options, request=replace(options.request, word_timestamps=True))
+    if not by_turn:  # whisper: the text must not depend on which jobs shared a call
+        options = replace(options, alone=True)
 
     def keep(channel: int, part: SegmentResult) -> None:
         if plans and not by_turn:  # whisper's windows

@@ -56,6 +56,10 @@ class Options:
     priority: int = BATCH
     max_seconds: float | None = None  # a shorter segment limit (SSE_CHUNK_SECONDS)
     cut_rules: CutRules | None = None  # the request's chunking_strategy (server_vad)
+    # Every segment in an engine call of its own: a call's channels, whose jobs would share
+    # one or not by timing, and whisper's word times (so its text, through the tails it
+    # decodes again) change with the batch (issue 49).
+    alone: bool = False
 
 
 class Transcriber:
@@ -127,7 +131,7 @@ class Transcriber:
             # batch queued behind the running segment when the engine decodes each item of a
             # batch as it would alone (a file's text must not depend on timing).
             size = self.scheduler.workers
-            if self._batches(engine, options):
+            if self._batches(engine, options) and not options.alone:
                 size = max(size, self.settings.max_batch_size + 1)
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
@@ -204,7 +208,8 @@ class Transcriber:
         request = self._request(samples, options, long_form)
         if heard is None:  # the worker's child clears it first (`TranscribeRequest.quiet`)
             request = replace(request, quiet=True)
-        key = engine.batch_key(request) if self.settings.max_batch_size > 1 and batch_ok else None
+        batch_ok = batch_ok and self.settings.max_batch_size > 1 and not options.alone
+        key = engine.batch_key(request) if batch_ok else None
         batch = self._batch_spec(engine, key, request)
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
         seconds = span.end_s - span.start_s
