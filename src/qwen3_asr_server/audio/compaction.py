@@ -50,6 +50,7 @@ class Compacted:
     original_length: int
     breaks: np.ndarray  # those of `pauses` that were LONG_PAUSE_S or more in the original
     margin: int = 0  # samples of silence kept on each side of a break
+    halves: np.ndarray | None = None  # per pause: the samples of silence kept before it
 
     def take(self, samples: np.ndarray, start: int, end: int) -> np.ndarray:
         """Samples [start, end) of the shortened audio, from the original `samples` (a view
@@ -116,6 +117,19 @@ class Compacted:
             for i, side in enumerate(found)
         ]
 
+    def past_silence(self, seconds: float) -> float:
+        """A start in the silence kept before a shortened pause's middle moved to that
+        middle (which maps to the pause's far side): the file's start, or a segment's that
+        whisper put in the pause, is not its speech's, and the seconds removed there would
+        put it that much too early on the original timeline."""
+        if self.halves is None:
+            return seconds
+        sample = round(seconds * SAMPLE_RATE)
+        i = int(np.searchsorted(self.pauses, sample, side="right"))
+        if i < len(self.pauses) and self.pauses[i] - sample <= self.halves[i]:
+            return float(self.pauses[i]) / SAMPLE_RATE
+        return seconds
+
     def side_bounds(self, side: int) -> tuple[float, float]:
         """The stretch `side` (see `sides`) in the shortened audio, in seconds."""
         lo = int(self.breaks[side - 1]) if side > 0 else 0
@@ -180,6 +194,7 @@ def compact(
         original_length=len(samples),
         breaks=starts[1:][long],
         margin=max(keep, long_keep) // 2 * HOP,
+        halves=np.array([k // 2 * HOP for _, _, k in runs]),
     )
 
 

@@ -94,6 +94,8 @@ def shift(
 
     for s in split_at(result.segments, compacted, offset, end - offset):
         s.end = end_at(s.end)
+        if compacted is not None:  # not in the silence before a shortened pause
+            s.start = compacted.past_silence(min(s.start + offset, end)) - offset
         s.start = min(start_at(s.start), s.end)
         for w in s.words:  # (split_at kept each word on its side of a shortened pause)
             w.end = end_at(w.end)
