@@ -44,8 +44,15 @@ def pieces(pattern: list[tuple[str, float]], level: float = 0.3) -> np.ndarray:
 
 def test_long_pauses_are_shortened_and_short_ones_kept() -> None:
     audio = pieces(
-        [("speech", 2), ("gap", 3), ("speech", 2), ("gap", 0.5), ("speech", 2), ("gap", 0.1)]
-        + [("speech", 2)]
+        [
+            ("speech", 2),
+            ("gap", 3),
+            ("speech", 2),
+            ("gap", 0.5),
+            ("speech", 2),
+            ("gap", 0.1),
+            ("speech", 2),
+        ]
     )
     result = compact(audio, 0.15)
     assert result is not None
