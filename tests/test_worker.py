@@ -19,6 +19,8 @@ import pytest
 import speech
 from audio_files import encode, quiet_start_speech, wav_bytes
 from proc import ServerProcess
+from qwen3_asr_server.engines.base import TranscribeRequest, TranscribeResult
+from qwen3_asr_server.engines.worker import transcribe_heard
 from streaming_client import load, open_ws, pcm16
 from wer import wer
 
@@ -111,6 +113,27 @@ def test_the_silence_gate_runs_in_the_worker() -> None:
         assert response.status_code == 200 and response.json()["text"] == "", response.text
         assert "onnxruntime" in Path(f"/proc/{health(proc)['worker']['pid']}/maps").read_text()
         assert "onnxruntime" not in proc.maps()
+
+
+class Echoing:
+    """Unit-test engine: answers each request it is given with the length of its audio."""
+
+    def transcribe_batch(self, requests: list[TranscribeRequest], should_stop: Any) -> list:
+        return [TranscribeResult(text=str(len(r.audio)), language="en") for r in requests]
+
+
+def test_a_failing_silence_gate_fails_no_request_of_the_batch() -> None:
+    """When voice detection fails on a quiet segment, that segment goes to the model like a
+    heard one; the batch's other requests (other uploads') are answered as usual."""
+
+    def broken_voice() -> Any:
+        raise RuntimeError("onnxruntime: no session")
+
+    quiet = np.zeros(1600, np.float32)
+    loud = np.ones(3200, np.float32) * 0.5
+    requests = [TranscribeRequest(loud), TranscribeRequest(quiet, quiet=True)]
+    results = transcribe_heard(Echoing(), requests, lambda: False, broken_voice)  # type: ignore[arg-type]
+    assert [r.text for r in results] == ["3200", "1600"]
 
 
 def test_a_killed_worker_costs_one_request(tiny_qwen_dir: Path) -> None:

@@ -297,10 +297,22 @@ def transcribe_heard(
     """`engine.transcribe_batch` for the requests the silence gate lets through: a quiet one
     in which voice detection hears no speech gets empty text without reaching the model
     (whisper and Qwen hear words in silence), as in the server's own gate."""
-    heard = [not r.quiet or may_hold_speech(voice(), r.audio) for r in requests]
+    heard = [not r.quiet or _may_hold_speech(voice, r.audio) for r in requests]
     kept = [r for r, h in zip(requests, heard, strict=True) if h]
     results = iter(engine.transcribe_batch(kept, should_stop) if kept else [])
     return [
         next(results) if h else TranscribeResult(text="", language=r.language)
         for r, h in zip(requests, heard, strict=True)
     ]
+
+
+def _may_hold_speech(voice: Callable[[], SileroModel], audio: np.ndarray) -> bool:
+    """The gate for one request; if voice detection itself fails, the request goes to the
+    model (as if heard) instead of failing every request of the batch with it."""
+    try:
+        return may_hold_speech(voice(), audio)
+    except Exception as exc:
+        logger.warning(
+            "silence gate failed ({}: {}); the model hears the segment", type(exc).__name__, exc
+        )
+        return True
