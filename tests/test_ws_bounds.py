@@ -118,6 +118,44 @@ def test_a_client_that_left_gives_its_seat_back_and_its_queued_finals_are_joined
         logger.remove(handler)
 
 
+def test_a_client_that_left_while_held_back_gives_its_seat_back() -> None:
+    """Review of issue 49 item 5: past WS_MAX_PENDING_S the server stops reading the client
+    (back-pressure); a client that left then kept its seat for as long as its finals took
+    (the receive loop waited for room and never saw the disconnect). It is seen at once: the
+    seat is free while the finals are still held at the gate; nothing it sent is lost."""
+    settings = whisper_settings(preload=True, ws_max_sessions=1, ws_max_pending_s=5)
+    engine = GatedFinals(create_engine(settings))
+    app = create_app(settings, engine=engine)  # type: ignore[arg-type]
+    chunk = pcm16(load("sentence_02.wav")[16000 : 16000 + 1536])  # 96 ms: 3 VAD frames
+    item = (1536 + 9600) / 16000  # a flush's final: the audio and 600 ms of padding
+    try:
+        with live_server(app) as srv:
+            registry = srv.ctx.sessions
+            with open_ws(srv.url, use_server_vad="false") as ws:
+                assert json.loads(ws.recv(timeout=30))["status"] == "connected"
+                for _ in range(8):  # 8 x 0.696 s: past the 5 s bound
+                    ws.send(chunk)
+                    ws.send('{"action": "flush"}')
+                ws.send(chunk)  # its feed waits for room: the server stops reading
+                assert engine.final_waiting.wait(60)
+                session = next(iter(registry._sessions))
+                assert wait_until(
+                    lambda: registry.lag()[1] > 5.0 and not session._finals.room.is_set()
+                ), registry.lag()
+                assert wait_until(lambda: session.lag > 0)  # the last chunk waits for room
+            # the client left; its finals are still held at the gate: the seat is free
+            assert wait_until(lambda: sessions(srv) == 0, 30), "the seat is still held"
+            assert not engine.finals()
+            engine.gate.set()
+            assert wait_until(lambda: not registry._gone and registry.lag()[1] == 0.0, 300)
+            finals = engine.finals()
+            # the first at the gate, then the 7 queued and the last chunk's joined into one
+            assert len(finals) == 2, finals
+            assert abs(sum(finals) - 9 * item) < 0.01, finals
+    finally:
+        engine.gate.set()
+
+
 def test_a_fast_sender_is_held_back_to_the_pending_bound() -> None:
     """60 s of audio sent at once with finals that take 1 s each: the server stops reading
     while more than WS_MAX_PENDING_S waits for finals, then takes the rest; nothing lost."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -193,7 +194,8 @@ async def register(
     return None
 
 
-Handler = Callable[[MutableMapping[str, Any]], Awaitable[str | None]]
+Message = MutableMapping[str, Any]
+Handler = Callable[[Message], Awaitable[str | None]]
 
 
 async def serve_session(
@@ -210,17 +212,24 @@ async def serve_session(
     client, a broken socket), the session is closed, so its buffered audio is transcribed
     (what the ingest's resampler held included)."""
     reason = "disconnect"
+    ahead: asyncio.Task[Message] | None = None  # the next message, read while one is handled
     try:
         while not outbox.dead:
+            if ahead is None:
+                ahead = asyncio.ensure_future(websocket.receive())
             try:  # (a timer per message, not wait_for's task per message)
                 async with asyncio.timeout(ctx.settings.ws_idle_timeout):
-                    received = await websocket.receive()
+                    received = await ahead
             except TimeoutError:
                 await outbox.put(idle_error)
                 reason = "idle"
                 break
             if received["type"] == "websocket.disconnect":
                 break
+            # One message read ahead (no more: back-pressure holds the rest in the socket),
+            # so a client that leaves while the session waits for room is seen at once.
+            ahead = asyncio.ensure_future(websocket.receive())
+            ahead.add_done_callback(functools.partial(_seen_leaving, session))
             ended = await handle(received)
             if ended:
                 reason = ended
@@ -230,7 +239,18 @@ async def serve_session(
     except Exception as exc:  # a broken socket must not lose the buffered audio
         logger.opt(exception=exc).warning("websocket loop ended")
     finally:
+        if ahead is not None and not ahead.done():
+            ahead.cancel()
         await release(ctx, websocket, session, outbox, reason, ingest)
+
+
+def _seen_leaving(session: StreamSession | ChannelGroup, ahead: asyncio.Task[Message]) -> None:
+    """The message read ahead says the client has gone (or the socket broke): a feed
+    waiting for room must not hold the session (its seat, its finals' priority)."""
+    if ahead.cancelled():
+        return
+    if ahead.exception() is not None or ahead.result()["type"] == "websocket.disconnect":
+        session.client_left()
 
 
 async def release(

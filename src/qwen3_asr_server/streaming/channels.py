@@ -71,6 +71,11 @@ class ChannelGroup:
                 *(s.feed(np.ascontiguousarray(samples[:, c])) for c, s in enumerate(self.sessions))
             )
 
+    def client_left(self) -> None:
+        """A feed waiting for room goes on (see StreamSession.client_left)."""
+        for session in self.sessions:
+            session.client_left()
+
     def configure(self, **changes: Any) -> None:
         for session in self.sessions:
             session.configure(**changes)

@@ -58,11 +58,12 @@ class Finals:
         self.pending = 0  # samples committed whose final has not been emitted yet
         self.room = asyncio.Event()
         self.room.set()
+        self._bounded = True  # False once the client has left: no one to hold back
         self._task = asyncio.create_task(self._run())
 
     async def put(self, item: PendingFinal) -> None:
         self.pending += len(item.audio)
-        if self.pending > self._bound():
+        if self._bounded and self.pending > self._bound():
             self.room.clear()
         self.last = item
         self._items.append(item)
@@ -76,6 +77,12 @@ class Finals:
             return False
         self.last.answers.append(action)
         return True
+
+    def unbound(self) -> None:
+        """The client has left: nothing more will come to hold back, so `room` stays set (a
+        feed waiting for it goes on: the audio it was given is still transcribed)."""
+        self._bounded = False
+        self.room.set()
 
     def merge(self, limit: int, reason: str) -> None:
         """The client has left (`reason`): the queued finals become as few as possible, in

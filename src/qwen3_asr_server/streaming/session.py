@@ -20,7 +20,8 @@ events (`events.py`) through `emit`. Where turns start and end is the TurnDetect
   reset and close (disconnect, shutdown); it is never dropped. An idle timeout (server VAD,
   `idle_timeout_ms` of audio without speech) commits an empty item, whose final is empty.
 - Audio waiting for its final is bounded (`max_pending_s`): past it, `feed()` waits until
-  finals catch up, so the transport stops reading the client (back-pressure).
+  finals catch up, so the transport stops reading the client (back-pressure), or until the
+  client leaves (`client_left`: the transport reads one message ahead to see it).
 - A client that has left no longer waits for its finals: those still queued are joined into
   as few as the utterance limit allows (`Finals.merge`); a shutdown whose time is up stops
   them (`abandon`).
@@ -174,6 +175,12 @@ class StreamSession:
         self._cancel_early()  # its text belongs to the cleared audio
         self.turns.clear()
         self._agreement.reset()
+
+    def client_left(self) -> None:
+        """The transport saw the client leave, maybe while `feed()` waits for room: that
+        wait ends (the audio being fed is kept), so the transport can release the session."""
+        self.client_gone = True
+        self._finals.unbound()
 
     async def close(self, reason: str) -> None:
         """Finalize what is buffered and wait for every final to be emitted. Safe to call
