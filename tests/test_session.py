@@ -10,6 +10,7 @@ import numpy as np
 
 from qwen3_asr_server.audio.vad import FRAME, SileroModel
 from qwen3_asr_server.streaming.agreement import Draft, LocalAgreement
+from qwen3_asr_server.streaming.config import Heard
 from qwen3_asr_server.streaming.events import (
     Committed,
     Final,
@@ -18,8 +19,10 @@ from qwen3_asr_server.streaming.events import (
     SpeechStopped,
     StreamEvent,
 )
+from qwen3_asr_server.streaming.finals import Finals, PendingFinal
 from qwen3_asr_server.streaming.registry import SessionRegistry
 from qwen3_asr_server.streaming.session import StreamConfig, StreamSession
+from qwen3_asr_server.streaming.utterance import Utterance
 from streaming_client import load
 
 
@@ -513,3 +516,47 @@ async def test_a_session_held_back_shows_its_lag_until_it_catches_up() -> None:
     assert len(lags) == 2 and lags[-1] >= lag  # each message's lag was observed
     await session.close("test")
     assert registry.lag() == (0.0, 0.0)
+
+
+async def test_a_gone_clients_finals_are_joined_with_one_copy_per_group(monkeypatch: Any) -> None:
+    """Review of issue 49 item 5: `Finals.merge` joined the queued finals one by one, copying
+    the group's audio again for every final it took (quadratic, on the event loop). Each
+    group's audio is copied once; nothing is lost or reordered."""
+    gate = asyncio.Event()
+
+    async def text(audio: np.ndarray) -> Heard:
+        await gate.wait()
+        return Heard("")
+
+    async def emit(event: StreamEvent) -> None:
+        pass
+
+    finals = Finals(text, emit, lambda: 1e12)
+    second = 16000
+    items = [
+        PendingFinal(Utterance(i, second, 0), np.full(second, i, np.float32), "flush", None, 0, 1)
+        for i in range(86)
+    ]
+    for item in items:
+        await finals.put(item)
+    while finals._running is None:  # the first final is at the gate, the rest are queued
+        await asyncio.sleep(0.001)
+    copied: list[int] = []
+    concatenate = np.concatenate
+
+    def counting(arrays: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        joined: np.ndarray = concatenate(arrays, *args, **kwargs)
+        copied.append(len(joined))
+        return joined
+
+    monkeypatch.setattr(np, "concatenate", counting)
+    finals.merge(25 * second, "disconnect")
+    monkeypatch.undo()
+    queued = list(finals._items)
+    assert [len(item.audio) // second for item in queued] == [25, 25, 25, 10]
+    assert copied == [25 * second] * 3 + [10 * second]  # once per group, not per final
+    joined = np.concatenate([item.audio for item in queued])
+    assert np.array_equal(joined, np.concatenate([item.audio for item in items[1:]]))
+    assert sum(item.seconds for item in queued) == 85
+    gate.set()
+    await finals.close()

@@ -88,28 +88,38 @@ class Finals:
         """The client has left (`reason`): the queued finals become as few as possible, in
         order, each at most `limit` samples (the utterance limit: what one final may hold);
         a final whose transcription already started stays as it is. Its text is logged."""
-        merged: deque[PendingFinal] = deque()
+        groups: list[list[PendingFinal]] = []
+        size = 0  # samples in the last group
         for item in self._items:
-            last = merged[-1] if merged else None
+            last = groups[-1] if groups else None
             if (
                 last is None
-                or last.early is not None
+                or last[0].early is not None
                 or item.early is not None
-                or len(last.audio) + len(item.audio) > limit
+                or size + len(item.audio) > limit
             ):
-                merged.append(item)
+                groups.append([item])
+                size = len(item.audio)
                 continue
-            audio = np.concatenate([last.audio, item.audio])
-            answers = [*last.answers, *item.answers]
-            seconds = last.seconds + item.seconds
-            merged[-1] = PendingFinal(
-                last.utt, audio, reason, None, last.committed, seconds, answers
-            )
+            last.append(item)
+            size += len(item.audio)
+        # each group's audio copied once (joining item by item copied it once per item)
+        merged = deque(self._join(group, reason) for group in groups)
         if len(merged) < len(self._items):
             logger.info("client gone: {} finals joined into {}", len(self._items), len(merged))
         self._items = merged
         if merged:
             self.last = merged[-1]
+
+    @staticmethod
+    def _join(group: list[PendingFinal], reason: str) -> PendingFinal:
+        first = group[0]
+        if len(group) == 1:
+            return first
+        audio = np.concatenate([item.audio for item in group])
+        answers = [answer for item in group for answer in item.answers]
+        seconds = sum(item.seconds for item in group)
+        return PendingFinal(first.utt, audio, reason, None, first.committed, seconds, answers)
 
     def abandon(self) -> tuple[int, float]:
         """Stop now (a shutdown's time is up): the finals not emitted, and the seconds of the
