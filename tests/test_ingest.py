@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import numpy as np
 import pytest
 
@@ -270,3 +273,47 @@ async def test_large_messages_are_decoded_and_resampled_off_the_event_loop(
     got, want = np.concatenate(big.fed), np.concatenate(reference.fed)
     assert got.shape == want.shape == (len(audio) // 2 * 2, 2)
     assert np.allclose(got, want, atol=1e-4)
+
+
+async def test_a_cancelled_feed_never_blocks_the_event_loop_on_its_conversion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of issue 49 item 6: a feed cancelled while its message was converted on a
+    thread left that thread holding the lock, and the session's release (`drain`) or a
+    `clear` then took it on the event loop, which stopped until the thread was done. They
+    wait for the conversion instead, in order, and the loop runs meanwhile."""
+    sink = Sink()
+    ingest = PcmIngest(8000, max_seconds=100)
+    entered, gate, alive = threading.Event(), threading.Event(), threading.Event()
+    decode = ingest.decode
+
+    def held(data: bytes) -> np.ndarray:
+        entered.set()
+        gate.wait(30)
+        return decode(data)
+
+    monkeypatch.setattr(ingest, "decode", held)
+    feeding = asyncio.create_task(ingest.feed(sink, pcm16(tone(8000, 1.0))))  # type: ignore[arg-type]
+    assert await asyncio.to_thread(entered.wait, 30)  # converting on its thread
+    feeding.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await feeding
+    late: list[bool] = []
+
+    def opener() -> None:  # the conversion ends once the loop has shown it still runs
+        late.append(not alive.wait(5))
+        gate.set()
+
+    thread = threading.Thread(target=opener)
+    thread.start()
+    ingest.clear()  # after the conversion: what its resampler held is dropped
+    draining = asyncio.create_task(ingest.drain(sink))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the drain starts (it took the lock here: the loop stopped)
+    alive.set()
+    await asyncio.wait_for(draining, 30)
+    thread.join()
+    assert late == [False], "the event loop was blocked while the conversion ran"
+    assert sink.samples_in == 0  # the cancelled message was not fed; the clear came after
+    await ingest.feed(sink, pcm16(tone(8000, 0.1)))  # type: ignore[arg-type]
+    await ingest.drain(sink)  # type: ignore[arg-type]
+    assert sink.samples_in == 1600

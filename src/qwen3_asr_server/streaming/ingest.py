@@ -15,13 +15,16 @@ the item they were sent in, and a change of rate passes on the old rate's tail f
 
 Decoding and resampling a large message runs on a thread, as voice detection does (1 MiB of
 G.711 took 30-70 ms on the event loop); one message at a time per stream, so frames keep
-their order and the odd bytes their place. A message of at most INLINE_BYTES costs less
-than the hop to a thread (~0.3 ms) and is converted where it arrives."""
+their order and the odd bytes their place. A conversion whose feed was cancelled runs on;
+the event loop waits for it before it touches the state again (it never blocks on the
+lock). A message of at most INLINE_BYTES costs less than the hop to a thread (~0.3 ms) and
+is converted where it arrives."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -58,12 +61,19 @@ class PcmIngest:
         # The conversion may run on a thread: whatever touches the resampler, the odd bytes
         # or the tail holds this (uncontended: one stream's messages come one at a time).
         self._lock = threading.Lock()
+        # Work off the event loop not yet done: a conversion on its thread, which goes on
+        # when the feed awaiting it is cancelled (a session torn down), and what was asked
+        # after it. The event loop takes the lock only once this is done, never waits on it.
+        self._busy: asyncio.Future[Any] | None = None
         self.max_samples = int(max_seconds * SAMPLE_RATE)
         self.set_rate(rate)
 
     def set_rate(self, rate: int, encoding: Encoding | None = None) -> None:
         """The client's sample rate (and encoding); a change of rate starts a new
         resampler, after taking what the old one held."""
+        self._after_busy(lambda: self._set_rate(rate, encoding))
+
+    def _set_rate(self, rate: int, encoding: Encoding | None) -> None:
         with self._lock:
             if encoding is not None and encoding != self.encoding:
                 self.encoding = encoding
@@ -99,11 +109,32 @@ class PcmIngest:
     async def feed(self, session: Fed, data: bytes) -> bool:
         """Decode, resample and feed `data`. False, and nothing fed, when it would take the
         session past its audio limit."""
+        await self._settled()
         if len(data) <= INLINE_BYTES:
             samples = self._convert(data)
         else:  # off the event loop (the caller awaits it: the next message waits its turn)
-            samples = await asyncio.to_thread(self._convert, data)
+            converting = self._busy = asyncio.ensure_future(asyncio.to_thread(self._convert, data))
+            samples = await asyncio.shield(converting)  # (cancelled: it runs on; `_busy` says)
         return await self._give(session, samples)
+
+    async def _settled(self) -> None:
+        """Wait until the work off the event loop is done (it holds the lock meanwhile)."""
+        while (busy := self._busy) is not None and not busy.done():
+            await asyncio.wait([busy])  # (its failure was its feed's)
+
+    def _after_busy(self, work: Callable[[], None]) -> None:
+        """Do `work` under the lock now, or, while a conversion still runs on its thread,
+        as soon as it is done (in order with any later feed or drain, which wait for it)."""
+        busy = self._busy
+        if busy is None or busy.done():
+            work()
+            return
+
+        async def then() -> None:
+            await asyncio.wait([busy])
+            work()
+
+        self._busy = asyncio.ensure_future(then())
 
     def _convert(self, data: bytes) -> np.ndarray:
         """Decode and resample `data`, after what a previous rate's resampler held."""
@@ -118,6 +149,7 @@ class PcmIngest:
     async def drain(self, session: Fed) -> None:
         """Pass on what the resampler holds (before a flush, commit, reset or close). A
         half sample still waiting for its second byte stays: it belongs to the next one."""
+        await self._settled()
         with self._lock:  # (a few ms of audio: the filter's delay)
             samples, self._tail = np.concatenate([self._tail, self._held()]), self._empty
         if len(samples):
@@ -125,6 +157,9 @@ class PcmIngest:
 
     def clear(self) -> None:
         """Drop what is held (the client discarded its buffer)."""
+        self._after_busy(self._clear)
+
+    def _clear(self) -> None:
         with self._lock:
             self._tail, self._odd = self._empty, b""
             if self._resampler is not None:
