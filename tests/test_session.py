@@ -4,12 +4,15 @@ that records its calls (the end-to-end proof is in test_ws_transcribe.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import numpy as np
+from loguru import logger
 
 from qwen3_asr_server.audio.vad import FRAME, SileroModel
 from qwen3_asr_server.streaming.agreement import Draft, LocalAgreement
+from qwen3_asr_server.streaming.channels import ChannelGroup
 from qwen3_asr_server.streaming.config import Heard
 from qwen3_asr_server.streaming.events import (
     Committed,
@@ -560,3 +563,32 @@ async def test_a_gone_clients_finals_are_joined_with_one_copy_per_group(monkeypa
     assert sum(item.seconds for item in queued) == 85
     gate.set()
     await finals.close()
+
+
+async def test_a_shutdown_with_no_time_counts_the_open_utterances_not_transcribed() -> None:
+    """Review of issue 49 item 5: with SHUTDOWN_TIMEOUT=0 (or when the time was up before a
+    close had committed the open utterance, a stereo close waiting for its turn) the open
+    utterance was neither transcribed nor counted in the "not transcribed" log. A timeout of
+    0 stops every session at once, and the log counts each channel's open utterance."""
+    lines: list[str] = []
+    handler = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    transcriber = Transcriber()
+    events: list[StreamEvent] = []
+    config = StreamConfig(use_vad=False)
+    channels = [session_with(transcriber, events, use_vad=False) for _ in range(2)]
+    group = ChannelGroup(channels)
+    mono = StreamSession(config, transcriber, lambda e: asyncio.sleep(0), SileroModel())
+    registry = SessionRegistry(4)
+    registry.add(group)
+    registry.add(mono)
+    speech = load("sentence_02.wav")[:16000]  # 1 s
+    try:
+        await group.feed(np.stack([speech, speech], axis=1))
+        await mono.feed(speech[: 16000 // 2])
+        await registry.close_all(0)
+    finally:
+        logger.remove(handler)
+    counted = [re.search(r"(\d+) finals \(([\d.]+) s of audio\)", line) for line in lines]
+    found = sorted((int(m[1]), float(m[2])) for m in counted if m)
+    assert found == [(1, 0.5), (2, 2.0)], lines  # (the echo gate holds < 20 ms per channel)
+    assert not finals_of(events)  # no time: no final

@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     shutdown_timeout: float = Field(default=20.0, ge=0)
     """Seconds a shutdown (SIGTERM, Ctrl-C) waits for the streaming sessions' finals, then
     for open requests and sockets; what is still running then is stopped, and the finals not
-    transcribed are logged. A second signal stops it at once."""
+    transcribed are logged. A second signal stops it at once; 0 stops the streams at once."""
     max_batch_size: int = Field(default=4, ge=1, le=64)
     """Rows decoded together. Qwen (QWEN_DECODE=steps): the rows in flight, uploads' segments
     and streams' partials and finals alike, joining and leaving between decode steps; each

@@ -93,7 +93,8 @@ class SessionRegistry:
     async def close_all(self, timeout: float | None = None, force: Force = None) -> None:
         """Server shutdown: every open utterance gets its final, for at most `timeout`
         seconds or until `force` is set (a second signal); then the sessions still
-        transcribing are stopped, and what they did not transcribe is logged."""
+        transcribing are stopped, and what they did not transcribe (queued finals and the
+        open utterance) is logged. A timeout of 0 stops them all at once."""
         self.closing = True
         sessions = [*self._sessions.items(), *((s, None) for s in self._gone)]
         if not sessions:
@@ -105,25 +106,33 @@ class SessionRegistry:
             if drain is not None:
                 await drain()
 
-        tasks = {asyncio.ensure_future(finish(s, d)): s for s, d in sessions}
-        everything = asyncio.gather(*tasks, return_exceptions=True)
-        waits: set[asyncio.Future[Any]] = {everything}
-        if force is not None:
-            waits.add(asyncio.ensure_future(force.wait()))
+        # a timeout of 0: no wait at all, every session is stopped as it is
+        stop_now = timeout is not None and timeout <= 0
+        tasks = {} if stop_now else {asyncio.ensure_future(finish(s, d)): s for s, d in sessions}
+        waits: set[asyncio.Future[Any]] = set()
         try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if tasks:
+                everything = asyncio.gather(*tasks, return_exceptions=True)
+                waits.add(everything)
+                if force is not None:
+                    waits.add(asyncio.ensure_future(force.wait()))
+                await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                waits.discard(everything)
         finally:
-            for wait in waits - {everything}:
+            for wait in waits:
                 wait.cancel()
+            stopped = [s for s, _ in sessions] if stop_now else []
             for task, session in tasks.items():
                 if not task.done():
                     task.cancel()
-                    finals, seconds = session.abandon()
-                    if finals:
-                        logger.warning(
-                            "shutdown: {} finals ({:.1f} s of audio) of a streaming session "
-                            "not transcribed",
-                            finals,
-                            seconds,
-                        )
+                    stopped.append(session)
+            for session in stopped:
+                finals, seconds = session.abandon()
+                if finals:
+                    logger.warning(
+                        "shutdown: {} finals ({:.1f} s of audio) of a streaming session "
+                        "not transcribed",
+                        finals,
+                        seconds,
+                    )
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -203,17 +203,21 @@ class StreamSession:
 
     def abandon(self) -> tuple[int, float]:
         """Stop transcribing now (a shutdown's time is up): the finals not emitted and the
-        seconds of audio in them; `close()` returns at once from now on."""
+        seconds of audio in them, the open utterance not yet committed counted as one;
+        `close()` returns at once from now on."""
         self.closed = True
         self._cancel_partial()
         self._cancel_early()
-        lost = self._finals.abandon()
+        finals, seconds = self._finals.abandon()
+        if buffered := self.turns.buffered:
+            finals, seconds = finals + 1, seconds + buffered / SAMPLE_RATE
+        self.turns.clear()
         if self._closing is None:
             self._closing = asyncio.get_running_loop().create_future()
             self._closing.set_result(None)
         else:
             self._closing.cancel()
-        return lost
+        return finals, seconds
 
     # -- turns ---------------------------------------------------------------------------
     async def _on_turn(self, event: TurnEvent) -> None:

@@ -182,6 +182,14 @@ class TurnDetector:
         self.idle = 0
         return [IdleTimeout(next(self._ids), self.ms(start), self.ms(self.pos))]
 
+    @property
+    def buffered(self) -> int:
+        """Samples of the client's audio in the open utterance not yet committed (its part
+        frame included, padding not): what a flush would commit."""
+        if self.utterance is None:
+            return 0
+        return self.utterance.length - self._padded + len(self._leftover)
+
     def partial_started(self) -> None:
         self._since_partial = 0
 
