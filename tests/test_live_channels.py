@@ -6,7 +6,9 @@ channels' sessions are recorders (the end-to-end stream is tests/test_ws_stereo.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
+from typing import Any, Literal
 
 import numpy as np
 
@@ -67,6 +69,26 @@ class Lane:
         return np.concatenate(self.heard) if self.heard else np.zeros(0, np.float32)
 
 
+class WatchedTurn(asyncio.Lock):
+    """ChannelGroup's turn; `contended` is set when a caller has to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> Literal[True]:
+        if self.locked():
+            self.contended.set()
+        return await super().acquire()
+
+
+async def suspended(task: asyncio.Task[Any]) -> None:
+    """Until `task` has run to its first wait (its coroutine suspended, not merely created)."""
+    coro: Any = task.get_coro()
+    while inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+        await asyncio.sleep(0)
+
+
 class HeldGate(EchoGate):
     """The real gate, whose `push` (run on a thread) waits for `go` once it has cut."""
 
@@ -89,12 +111,12 @@ async def test_a_close_during_a_feed_waits_its_turn() -> None:
     lanes = [Lane(), Lane()]
     group = ChannelGroup(lanes)
     gate = group.gate = HeldGate(2)
+    turn = group._turn = WatchedTurn()
     samples = noise(3 * FRAME + 40)
     feeding = asyncio.create_task(group.feed(samples))
     assert await asyncio.to_thread(gate.pushed.wait, 60)  # the feed is in the gate's thread
     closing = asyncio.create_task(group.close("shutdown"))
-    for _ in range(20):  # the close runs as far as it can (no timers)
-        await asyncio.sleep(0)
+    await asyncio.wait_for(turn.contended.wait(), 60)  # the close waits for its turn
     gate.go.set()
     await asyncio.wait_for(asyncio.gather(feeding, closing), 60)
     for c, lane in enumerate(lanes):
@@ -115,8 +137,7 @@ async def test_two_closes_at_once_close_each_channel_once() -> None:
     await asyncio.wait_for(lanes[0].holding.wait(), 60)  # passing on the held samples
     first.cancel()
     second = asyncio.create_task(group.close("shutdown"))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await asyncio.wait_for(suspended(second), 60)  # the second close waits (for the first)
     hold.set()
     await asyncio.wait_for(second, 60)
     await asyncio.gather(first, return_exceptions=True)
