@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from qwen3_asr_server.audio.channels import FRAME, MAX_LAG, EchoGate
+from qwen3_asr_server.audio.channels import GATE_FRAME, MAX_LAG, EchoGate
 from qwen3_asr_server.streaming.channels import ChannelGroup
 
 RATE = 16000
@@ -37,7 +37,7 @@ def test_the_echo_gate_silences_the_echo_right_after_a_flush() -> None:
     tracks[lag:, 1] = voice[:-lag] * 10 ** (-25 / 20)
     gate = EchoGate(2)
     cut = RATE + 100  # the flush comes 100 samples into a frame
-    assert cut % FRAME == 100
+    assert cut % GATE_FRAME == 100
     before = gate.push(tracks[:cut])
     assert not before[:, 1].any()  # the echo is cut while the stream runs
     held = gate.rest()  # the flush: the held samples go on ungated
@@ -112,7 +112,7 @@ async def test_a_close_during_a_feed_waits_its_turn() -> None:
     group = ChannelGroup(lanes)
     gate = group.gate = HeldGate(2)
     turn = group._turn = WatchedTurn()
-    samples = noise(3 * FRAME + 40)
+    samples = noise(3 * GATE_FRAME + 40)
     feeding = asyncio.create_task(group.feed(samples))
     assert await asyncio.to_thread(gate.pushed.wait, 60)  # the feed is in the gate's thread
     closing = asyncio.create_task(group.close("shutdown"))
@@ -130,7 +130,7 @@ async def test_two_closes_at_once_close_each_channel_once() -> None:
     finishes, once; the held samples arrive once; each channel is closed once."""
     lanes = [Lane(), Lane()]
     group = ChannelGroup(lanes)
-    samples = noise(3 * FRAME + 40)
+    samples = noise(3 * GATE_FRAME + 40)
     await group.feed(samples)  # 3 frames given, 40 samples held
     hold = lanes[0].hold = asyncio.Event()
     first = asyncio.create_task(group.close("disconnect"))

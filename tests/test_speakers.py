@@ -382,3 +382,15 @@ def test_speakers_are_found_only_where_the_answer_shows_them(
 
     form = TranscriptionForm.model_validate({"file": UploadFile(io.BytesIO(b"")), **fields})
     assert form.diarizes() is diarizes
+
+
+@pytest.mark.parametrize("name", ["Ann-->Bob", "Ann\u2028Bob", "A", "x" * 65, "Ann>Bob"])
+def test_a_speaker_name_that_cannot_label_a_cue_is_refused(name: str) -> None:
+    """`known_speaker_names[]` follow the rule `channel_names[]` do (text.bad_label): a
+    `-->` or a Unicode line break would make an SRT/VTT cue of its own (before: allowed)."""
+    from qwen3_asr_server.errors import BadRequestError
+    from qwen3_asr_server.outputs.diarization import known_speakers
+
+    with pytest.raises(BadRequestError) as raised:
+        known_speakers([name], [reference("f4")])
+    assert raised.value.param == "known_speaker_names"

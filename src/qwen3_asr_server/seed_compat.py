@@ -12,7 +12,7 @@ from typing import Any
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}  # the seed's (stdlib) aliases
-BYTES_PER_SECOND = 32000  # 16 kHz 16-bit mono PCM, the seed's WS_BUFFER_SIZE unit
+SEED_PCM_BYTES_PER_SECOND = 32000  # 16 kHz 16-bit mono PCM, the seed's WS_BUFFER_SIZE unit
 # The seed's acceleration switches: refused when set to anything but their default.
 REFUSED = {
     "use_speculative": "speculative decoding was not shown to help Qwen3-ASR here; for "
@@ -57,7 +57,9 @@ def seed_settings(values: Mapping[str, Any], chosen: Set[str], notes: list[str])
         if "ws_partial_interval" in chosen:
             notes.append("WS_BUFFER_SIZE is ignored: WS_PARTIAL_INTERVAL is set and wins")
         else:
-            updates["ws_partial_interval"] = max(0.1, values["ws_buffer_size"] / BYTES_PER_SECOND)
+            updates["ws_partial_interval"] = max(
+                0.1, values["ws_buffer_size"] / SEED_PCM_BYTES_PER_SECOND
+            )
     if values["sse_overlap_seconds"]:
         notes.append("SSE_OVERLAP_SECONDS has no effect: segments are cut at pauses")
     if values["ws_overlap_size"]:

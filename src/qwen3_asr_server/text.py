@@ -151,3 +151,14 @@ def split_words(text: str) -> list[str]:
         if buf:
             words.append(buf)
     return words
+
+
+MAX_LABEL_CHARS = 64  # a speaker's or channel's name: a voice tag, not a paragraph
+
+
+def bad_label(name: str) -> bool:
+    """Whether a name cannot label SRT and VTT cues (`[name] `, `<v name>`): longer than
+    MAX_LABEL_CHARS, or holding <, >, [, ], a line break or `-->` (which would make a cue
+    of its own). The rule of `known_speaker_names[]` and `channel_names[]`."""
+    breaks = any(c in name for c in "<>[]\r\n\u2028\u2029")
+    return breaks or "-->" in name or len(name.strip()) > MAX_LABEL_CHARS

@@ -24,8 +24,9 @@ from pydantic import (
     model_validator,
 )
 
+from ..audio.g711 import RATE as G711_RATE
+
 REALTIME_RATES = (8000, 16000, 24000, 48000)
-G711_RATE = 8000
 # Realtime format names -> (ingest encoding, rate); GA `audio.input.format.type`, then beta
 # `input_audio_format`
 GA_ENCODINGS = MappingProxyType(

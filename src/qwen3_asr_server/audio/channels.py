@@ -20,7 +20,7 @@ from .pcm import SAMPLE_RATE, finite
 
 MAX_CHANNELS = 8
 ECHO_DB = 15.0  # a frame this much quieter than another channel's is that channel's echo
-FRAME = SAMPLE_RATE // 50  # 20 ms
+GATE_FRAME = SAMPLE_RATE // 50  # 20 ms
 SPEAKING_RMS = 10 ** (-45 / 20)  # the louder channel must be speaking, not near silence
 ECHO_CORRELATION = 0.6  # an echo is a copy: shaped like the louder channel
 ECHO_LAGS = tuple(SAMPLE_RATE * ms // 1000 for ms in (0, 2, 5, 10, 20, 30))  # its delay
@@ -123,12 +123,12 @@ def without_echo(
     normalized correlation ≥ ECHO_CORRELATION at one of ECHO_LAGS). A quieter frame of a
     different sound (the other side talking at the same time) is kept. `pasts`: each
     track's MAX_LAG samples before these (a live stream's previous message), else silence."""
-    frames = min(len(t) for t in tracks) // FRAME
+    frames = min(len(t) for t in tracks) // GATE_FRAME
     if frames == 0 or len(tracks) < 2:
         return tracks
     if pasts is None:
         pasts = [np.zeros(MAX_LAG, np.float32)] * len(tracks)
-    shaped = [t[: frames * FRAME].reshape(frames, FRAME) for t in tracks]
+    shaped = [t[: frames * GATE_FRAME].reshape(frames, GATE_FRAME) for t in tracks]
     rms = np.stack([np.sqrt(np.mean(f**2, axis=1)) for f in shaped])
     ratio = 10 ** (ECHO_DB / 20)
     out = []
@@ -142,7 +142,7 @@ def without_echo(
                 copy = _correlation(shaped[c], tracks[o], pasts[o], frames) >= ECHO_CORRELATION
                 echo |= louder & copy
         cleaned = track.copy()
-        cleaned[: frames * FRAME].reshape(frames, FRAME)[echo] = 0.0
+        cleaned[: frames * GATE_FRAME].reshape(frames, GATE_FRAME)[echo] = 0.0
         out.append(cleaned)
     return out
 
@@ -158,7 +158,7 @@ class EchoGate:
 
     def push(self, samples: np.ndarray) -> np.ndarray:
         samples = np.concatenate([self._held, samples])
-        whole = len(samples) - len(samples) % FRAME
+        whole = len(samples) - len(samples) % GATE_FRAME
         block, self._held = samples[:whole], samples[whole:]
         if not whole:
             return block
@@ -181,8 +181,8 @@ def _correlation(frames: np.ndarray, other: np.ndarray, past: np.ndarray, count:
     best = np.zeros(count, np.float32)
     norms = np.linalg.norm(frames, axis=1) + 1e-9
     for lag in ECHO_LAGS:
-        shifted = np.concatenate([past[len(past) - lag :], other])[: count * FRAME]
-        theirs = shifted.reshape(count, FRAME)
+        shifted = np.concatenate([past[len(past) - lag :], other])[: count * GATE_FRAME]
+        theirs = shifted.reshape(count, GATE_FRAME)
         dots = np.einsum("ij,ij->i", frames, theirs)
         best = np.maximum(best, dots / (norms * (np.linalg.norm(theirs, axis=1) + 1e-9)))
     return best

@@ -11,6 +11,8 @@ from typing import Literal
 
 import numpy as np
 
+RATE = 8000  # Hz: G.711 (mu-law, A-law) is telephony audio, always at 8 kHz
+
 Law = Literal["mulaw", "alaw"]
 
 

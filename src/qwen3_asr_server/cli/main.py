@@ -21,7 +21,7 @@ from .. import __version__
 from ..config import Settings
 from ..errors import ModelLoadError
 
-ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
+FLAG_ALIASES = {"model_id": ["--model"]}  # the short names users of `vllm serve` expect
 USAGE = (
     "%(prog)s [serve | download [MODEL ...] [--to DIR] | check | transcribe FILE|DIR ...] "
     "[--SETTING VALUE ...]"
@@ -67,7 +67,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = 
         doc = (field.description or "").split("\n\n")[0].replace("\n", " ").replace("%", "%%")
         first = doc.split(". ")[0].rstrip(".")
         help_text = f"{first}. [{name.upper()}; default: {env_value(field.default) or 'unset'}]"
-        flags = ["--" + name.replace("_", "-"), *ALIASES.get(name, [])]
+        flags = ["--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, [])]
         if field.annotation is bool:
             group.add_argument(
                 *flags,

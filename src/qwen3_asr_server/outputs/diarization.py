@@ -38,6 +38,7 @@ from ..errors import (
     TooLargeError,
     UnavailableError,
 )
+from ..text import MAX_LABEL_CHARS, bad_label
 from ..transcript import Segment, Transcript
 from ..transcription.long_form import SegmentResult, merge
 from ..transcription.service import Options, Transcriber
@@ -52,9 +53,6 @@ REFERENCE_SECONDS = (2.0, 10.0)
 class KnownSpeaker:
     name: str
     audio: np.ndarray  # 16 kHz mono
-
-
-MAX_NAME_CHARS = 64  # a voice tag, not a paragraph
 
 
 def known_speakers(
@@ -83,10 +81,10 @@ def known_speakers(
         )
     for name in names:  # a name is a VTT voice tag (<v NAME>) and an SRT prefix ([NAME])
         lettered = re.fullmatch(r"[A-Z]{1,2}", name.strip()) is not None  # unknown speakers'
-        if lettered or len(name.strip()) > MAX_NAME_CHARS or any(c in name for c in "<>[]\r\n"):
+        if lettered or bad_label(name):
             raise BadRequestError(
-                f"known_speaker_names[]: {name[:40]!r} must be at most {MAX_NAME_CHARS} "
-                "characters without <, >, [, ] or line breaks, and not a speaker letter "
+                f"known_speaker_names[]: {name[:40]!r} must be at most {MAX_LABEL_CHARS} "
+                "characters without <, >, [, ], --> or line breaks, and not a speaker letter "
                 "(A, B, ... name the unknown speakers).",
                 param="known_speaker_names",
             )

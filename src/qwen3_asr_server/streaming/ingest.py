@@ -35,7 +35,7 @@ from ..audio.decode import pcm16_to_float
 from ..audio.pcm import SAMPLE_RATE
 
 Encoding = Literal["pcm_s16le", "mulaw", "alaw"]
-G711_RATE = 8000
+G711_RATE = g711.RATE
 INLINE_BYTES = 8192  # 1 s of 8 kHz G.711, 0.25 s of 16 kHz PCM
 
 

@@ -36,19 +36,17 @@ from ..audio.channels import without_echo
 from ..audio.decode import Audio
 from ..audio.segmentation import Span, joined_turns, speech_onset, speech_turns
 from ..errors import BadRequestError, ModelLoadError
-from ..text import join_texts
+from ..text import MAX_LABEL_CHARS, bad_label, join_texts
 from ..transcript import Segment, TokenUsage, Transcript, Word
 from .long_form import SegmentResult, merge
 from .service import Options, Transcriber
-
-MAX_NAME_CHARS = 64  # as known_speaker_names[]: a voice tag, not a paragraph
 
 
 def channel_names(names: list[str] | None, count: int) -> list[str]:
     """`channel_names[]` as given (one per channel), or `channel 0`, `channel 1`, ...
 
     A name becomes an SRT prefix (`[agent] `) and a VTT voice tag (`<v agent>`), so the
-    rules of `known_speaker_names[]` apply: distinct, non-empty, at most MAX_NAME_CHARS,
+    rules of `known_speaker_names[]` apply: distinct, non-empty, at most MAX_LABEL_CHARS,
     without <, >, [, ] or line breaks (a line break and `-->` made a cue of their own),
     and without `-->` (which WebVTT forbids in a cue)."""
     if not names:
@@ -61,10 +59,9 @@ def channel_names(names: list[str] | None, count: int) -> list[str]:
             param="channel_names",
         )
     for name in names:
-        bad = any(c in name for c in "<>[]\r\n\u2028\u2029") or "-->" in name
-        if bad or len(name) > MAX_NAME_CHARS:
+        if bad_label(name):
             raise BadRequestError(
-                f"channel_names[]: {name[:40]!r} must be at most {MAX_NAME_CHARS} characters "
+                f"channel_names[]: {name[:40]!r} must be at most {MAX_LABEL_CHARS} characters "
                 "without <, >, [, ], --> or line breaks (it labels SRT and VTT cues).",
                 param="channel_names",
             )

@@ -25,7 +25,7 @@ from .guard import EOS_IDS, RowSpec, restrict
 from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
 from .tokens import RowRecord
 
-MIN_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
+PAD_TO_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
 
 
 @dataclass
@@ -261,8 +261,8 @@ def padded(audio: np.ndarray) -> np.ndarray:
     """Zero-pad clips under 0.5 s: the feature extractor raises on ≤ 200 samples, and short
     unpadded clips often decode empty (the transformers port pads the same way). The
     response keeps the real duration."""
-    if len(audio) >= MIN_SAMPLES:
+    if len(audio) >= PAD_TO_SAMPLES:
         return audio
-    out = np.zeros(MIN_SAMPLES, dtype=np.float32)
+    out = np.zeros(PAD_TO_SAMPLES, dtype=np.float32)
     out[: len(audio)] = audio
     return out

@@ -21,8 +21,8 @@ from loguru import logger
 from ...logging import redact_url
 from ..base import BackendUnavailableError, JobCancelledError, ShouldStop, never_stop
 from ..status import Buckets
+from ..wrapping import POLL
 
-POLL = 0.05  # seconds between two looks at should_stop while a job waits for a slot
 PROBE_TICK = 0.2  # seconds between two looks for backends whose probe is due
 
 
