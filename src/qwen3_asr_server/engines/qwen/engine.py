@@ -21,6 +21,7 @@ from ..base import (
     never_stop,
 )
 from ..status import EngineStatus
+from .encoder import install
 from .generate import duration_groups, generate, prefill_groups, warn_budget
 from .guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
 from .load import (
@@ -153,6 +154,7 @@ class QwenEngine:
             max_new_tokens=self._max_new_tokens,
         )
         model.model.eval()
+        install(model.model.thinker, buckets=cuda)  # `generate` gets the windows too
         aligner = load_aligner(self.aligner_id, kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")

@@ -12,6 +12,7 @@ from ...errors import ModelLoadError
 from ...text import language_name
 from ...transcript import Word
 from ..base import TranscribeRequest
+from .encoder import install
 from .rows import padded
 from .word_times import words_from_items
 
@@ -118,6 +119,7 @@ def load_aligner(path: str, kwargs: dict[str, Any]) -> Any:
 
     try:
         network = load_checkpoint(path, "FORCED_ALIGNER_ID", **kwargs)
+        install(network.thinker, buckets=kwargs.get("device_map") != "cpu")
         processor = AutoProcessor.from_pretrained(path, fix_mistral_regex=True)
         return Qwen3ForcedAligner(network, processor, Qwen3ForceAlignProcessor())
     except ModelLoadError:

@@ -21,7 +21,9 @@ import numpy as np
 from ...audio.pcm import SAMPLE_RATE
 from ...text import language_name
 from ..base import TranscribeRequest
+from .encoder import AudioEncoder
 from .guard import EOS_IDS, RowSpec, restrict
+from .prefill import Prefiller, Prompts
 from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
 from .tokens import RowRecord
 
@@ -78,6 +80,8 @@ class Decoder:
         self.slots = bucket(slots) if graphs else slots
         self.cache = Cache(shape, self.slots, length, self.device, thinker.dtype)
         self.stepper = Stepper(thinker, self.cache)
+        self.encoder = AudioEncoder(thinker.audio_tower, buckets=graphs)
+        self.prefiller = Prefiller(thinker, self.cache, self.encoder, buckets=graphs)
         self.graphs = graphs
         self.sync_every = max(1, sync_every)
         self.rows: list[Row] = []
@@ -99,30 +103,28 @@ class Decoder:
         return prompt_tokens + row.spec.budget + self.sync_every <= self.cache.length
 
     def prefill(self, rows: list[tuple[Row, str]]) -> list[bool | Exception]:
-        """Run the rows' prompts through the model in one padded forward (left padding:
-        each row's positions count from its first real token, its attention never sees
-        the padding), keep each row's keys and values in the next free slot, and choose
-        its first token. False for a row that does not fit in the cache, its error for a
-        row the processor refuses (neither is prefilled; the others are, without them)."""
+        """Prefill the rows' prompts together (`prefill.Prefiller`: each row's positions,
+        attention and audio windows are its own, so its first token is what it would be
+        alone), keep each row's keys and values in the next free slot, and choose its
+        first token. False for a row that does not fit in the cache, its error for a row
+        the processor refuses (neither is prefilled; the others are, without them)."""
         if not rows:
             return []
         try:
-            inputs = self._inputs(rows)
+            prompts = self._prompts(rows)
         except Exception as exc:
             if len(rows) == 1:
                 return [exc]
             return self._without_failing(rows, exc)
-        real = inputs["attention_mask"].sum(1).tolist()
-        audio_token = self.thinker.config.audio_token_id
-        audio = (inputs["input_ids"] == audio_token).sum(1).tolist()
         fits: list[bool | Exception] = []
         for i, (row, _) in enumerate(rows):
-            row.record.input_tokens, row.record.audio_tokens = int(real[i]), int(audio[i])
-            fits.append(self.fits(row, int(real[i])))
-        if all(fits):
-            self._fill(rows, inputs)
-        else:  # (rare) a prompt too long for the cache: the others again, without it
-            self._fill([pair for pair, ok in zip(rows, fits, strict=True) if ok])
+            ids = prompts.ids[i]
+            row.record.input_tokens = len(ids)
+            row.record.audio_tokens = int((ids == self.prefiller.audio_token).sum())
+            fits.append(self.fits(row, len(ids)))
+        keep = [i for i, ok in enumerate(fits) if ok]
+        if keep:  # (rarely not all: a prompt too long for the cache is left out)
+            self._fill([rows[i] for i in keep], prompts.select(keep))
         return fits
 
     def _without_failing(
@@ -133,7 +135,7 @@ class Decoder:
         failed: list[Exception | None] = []
         for row in rows:
             try:
-                self._inputs([row])
+                self._prompts([row])
                 failed.append(None)
             except Exception as exc:
                 failed.append(exc)
@@ -142,30 +144,25 @@ class Decoder:
         rest = iter(self.prefill([r for r, f in zip(rows, failed, strict=True) if f is None]))
         return [f if f is not None else next(rest) for f in failed]
 
-    def _inputs(self, rows: list[tuple[Row, str]]) -> Any:
+    def _prompts(self, rows: list[tuple[Row, str]]) -> Prompts:
         inputs = self.sdk.processor(
             text=[p for _, p in rows],
             audio=[padded(r.request.audio) for r, _ in rows],
             return_tensors="pt",
             padding=True,
         )
-        return inputs.to(self.device).to(self.thinker.dtype)
+        return Prompts.of(inputs)
 
-    def _fill(self, rows: list[tuple[Row, str]], inputs: Any = None) -> None:
+    def _fill(self, rows: list[tuple[Row, str]], prompts: Prompts) -> None:
         import torch
 
-        if not rows:
-            return
-        inputs = inputs if inputs is not None else self._inputs(rows)
         started = time.perf_counter()
         with torch.inference_mode():
-            out = self.thinker(**inputs, use_cache=True)
-        width = int(inputs["attention_mask"].shape[1])
-        for i, (row, _) in enumerate(rows):
-            pad = width - int(inputs["attention_mask"][i].sum())
-            row.length = self.cache.fill(len(self.rows), out.past_key_values, i, pad)
+            logits = self.prefiller(prompts, len(self.rows))
+        for (row, _), length in zip(rows, prompts.lengths(), strict=True):
+            row.length = length
             self.rows.append(row)
-        self._choose([r for r, _ in rows], out.logits[:, -1])
+        self._choose([r for r, _ in rows], logits)
         share = (time.perf_counter() - started) / len(rows)
         for row, _ in rows:
             row.seconds += share
@@ -214,21 +211,31 @@ class Decoder:
         return out
 
     def _choose(self, rows: list[Row], logits: Any) -> None:
-        """One token per row from `logits` [rows, vocab], on the host: greedy, within the
-        candidate headers while one is open, with its log probability if asked."""
+        """One token per row from `logits` [rows, vocab]: greedy, read back once for all
+        rows, with its log probability; within the candidate headers (on the host, row by
+        row) for a row whose header is open."""
         import torch
 
+        scores = logits.float()
+        tokens = scores.argmax(-1)
+        logp = torch.log_softmax(scores, dim=-1).gather(1, tokens[:, None])[:, 0]
+        picked = torch.stack([tokens.to(logp.dtype), logp]).tolist()  # exact below 2**24
         for i, row in enumerate(rows):
-            scores = logits[i : i + 1].float()
             if row.header_open:
-                done = row.record.generated
-                ids = torch.tensor([done], dtype=torch.long).reshape(1, len(done))
-                scores = restrict(ids, scores.clone(), [row.spec])
-            token = int(scores.argmax(-1))
-            logprob = None
-            if row.spec.logprobs:
-                logprob = float(torch.log_softmax(scores, dim=-1)[0, token])
-            row.take(token, logprob)
+                self._choose_header(row, scores[i : i + 1])
+                continue
+            row.take(int(picked[0][i]), picked[1][i] if row.spec.logprobs else None)
+
+    @staticmethod
+    def _choose_header(row: Row, scores: Any) -> None:
+        import torch
+
+        done = row.record.generated
+        ids = torch.tensor([done], dtype=torch.long).reshape(1, len(done))
+        scores = restrict(ids, scores.clone(), [row.spec])
+        token = int(scores.argmax(-1))
+        logprob = float(torch.log_softmax(scores, dim=-1)[0, token]) if row.spec.logprobs else None
+        row.take(token, logprob)
 
     def leave(self, ended: Callable[[Row], bool]) -> list[Row]:
         """Take out the rows for which `ended(row)`; the last rows move into their slots."""
