@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 def conv_length(frames: int) -> int:
     """Positions after one convolution of kernel 3, stride 2, padding 1."""
@@ -109,8 +111,8 @@ class AudioEncoder:
 
     def __call__(self, features: Any, frames: list[int]) -> Any:
         """Encoder outputs [sum of tokens, output_dim] of rows whose log-mel `features`
-        [rows, mel, T] (host or device) hold `frames[i]` valid frames each, rows in
-        order (as the SDK's `get_audio_features` returns them)."""
+        [rows, mel, T] (numpy, or a tensor on the host or the device) hold `frames[i]`
+        valid frames each, rows in order (as the SDK's `get_audio_features` returns)."""
         import torch
 
         tower = self.tower
@@ -118,12 +120,11 @@ class AudioEncoder:
         device, dtype = tower.conv2d1.weight.device, tower.conv2d1.weight.dtype
         n_chunks = len(plan.chunks)
         n_padded = bucket_up(n_chunks) if self.buckets else n_chunks
-        mel = features.shape[1]
-        host = torch.zeros(n_padded, 1, mel, self.chunk, dtype=features.dtype)
-        source = features if features.device.type == "cpu" else features.cpu()
+        source = features if isinstance(features, np.ndarray) else features.float().cpu().numpy()
+        host = np.zeros((n_padded, 1, source.shape[1], self.chunk), dtype=np.float32)
         for c, (row, start, size) in enumerate(plan.chunks):
             host[c, 0, :, :size] = source[row, :, start : start + size]
-        x = host.to(device, dtype, non_blocking=True)
+        x = torch.from_numpy(host).to(device, dtype, non_blocking=True)
         masks = self._conv_masks(plan, n_padded, device, dtype)
         outs = []
         step = int(getattr(tower, "conv_chunksize", 0) or n_padded)
@@ -150,10 +151,10 @@ class AudioEncoder:
             return None
         masks = []
         for k, width in enumerate((conv_length(self.chunk), conv_length(conv_length(self.chunk)))):
-            m = torch.ones(rows, 1, 1, width, dtype=dtype)
+            m = np.ones((rows, 1, 1, width), dtype=np.float32)
             for c, v in enumerate(plan.valid):
                 m[c, :, :, v[k] :] = 0
-            masks.append(m.to(device, non_blocking=True))
+            masks.append(torch.from_numpy(m).to(device, dtype, non_blocking=True))
         return masks
 
     def _attend(self, flat: Any, plan: Plan, device: Any) -> Any:
@@ -168,11 +169,11 @@ class AudioEncoder:
         pad = flat.shape[0]
         index = torch.tensor(plan.gather + [pad] * pad_rows, dtype=torch.long)
         hidden = source[index.to(device, non_blocking=True)].view(n_windows, self.window, -1)
-        key_ok = torch.zeros(n_windows, self.window, dtype=torch.bool)
+        key_ok = np.zeros((n_windows, self.window), dtype=bool)
         for w, n in enumerate(plan.window_tokens):
             key_ok[w, :n] = True
         key_ok[windows:, 0] = True  # padding windows attend somewhere (no NaN)
-        mask = key_ok.to(device, non_blocking=True)[:, None, None, :]
+        mask = torch.from_numpy(key_ok).to(device, non_blocking=True)[:, None, None, :]
         for layer in tower.layers:
             hidden = self._layer(layer, hidden, mask)
         keep = torch.tensor(plan.keep, dtype=torch.long).to(device, non_blocking=True)

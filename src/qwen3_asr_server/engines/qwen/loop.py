@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..base import (
     JobCancelledError,
@@ -15,7 +16,9 @@ from ..base import (
     TranscribeRequest,
     TranscribeResult,
 )
-from .rows import Decoder, Row
+
+if TYPE_CHECKING:  # (the loop itself runs on any decoder: the scheduler's tests use a fake)
+    from .rows import Decoder, Row
 
 Joining = list[tuple[object, TranscribeRequest, ShouldStop]]
 # prefills the rows taken together; each is a Row, or answered another way, or its error
@@ -41,7 +44,8 @@ def loop(
 ) -> None:
     while True:
         answer(decoder, source, finish)  # rows that ended in the last step, or were left
-        taken = source.take(decoder.free) if decoder.free else []
+        # asked with no slot free too: a final that waits may then make a partial leave
+        taken = source.take(decoder.free)
         took = bool(taken)
         if taken:
             joining: Joining = [(h, r, functools.partial(source.gone, h)) for h, r in taken]

@@ -41,7 +41,7 @@ class Prompts:
         mask = inputs["attention_mask"].numpy().astype(bool)
         ids = inputs["input_ids"].numpy()
         frames = inputs["feature_attention_mask"].numpy().sum(1)
-        return cls([ids[i][mask[i]] for i in range(len(ids))], inputs["input_features"],
+        return cls([ids[i][mask[i]] for i in range(len(ids))], inputs["input_features"].numpy(),
                    [int(f) for f in frames])  # fmt: skip
 
     def select(self, keep: list[int]) -> Prompts:
