@@ -85,7 +85,7 @@ def features(lengths: list[int], seed: int = 0) -> Any:
 def test_a_batch_equals_the_windowed_reference_row_by_row(tower: Any, buckets: bool) -> None:
     feats = features(LENGTHS)
     with torch.no_grad():
-        ours = AudioEncoder(tower, buckets=buckets)(feats, LENGTHS)
+        ours = AudioEncoder(tower, gpu=buckets)(feats, LENGTHS)
     reference = torch.cat([sdk(tower, feats[i, :, :n]) for i, n in enumerate(LENGTHS)])
     assert ours.shape == reference.shape
     assert ours.shape[0] == sum(tokens_for(n) for n in LENGTHS)
@@ -222,3 +222,15 @@ def test_the_lean_prefill_chooses_what_the_models_own_forward_does(engine: QwenE
         with torch.no_grad():
             logits = thinker(**inputs).logits[0, -1]
         assert row.record.generated[0] == int(np.argmax(logits.numpy()))
+
+
+def test_the_warm_up_leaves_no_row_and_changes_no_answer(engine: QwenEngine) -> None:
+    """(It runs at load on CUDA only; here its prefills of every bucket run on CPU.)"""
+    decoder = engine._decoder
+    assert decoder is not None
+    request = TranscribeRequest(audio=load(sorted(sentences())[0]))
+    before = engine.transcribe(request)
+    decoder.warm(seconds=(2,))
+    assert decoder.rows == [] and decoder.free == decoder.slots
+    after = engine.transcribe(request)
+    assert (after.text, after.usage) == (before.text, before.usage)

@@ -154,7 +154,7 @@ class QwenEngine:
             max_new_tokens=self._max_new_tokens,
         )
         model.model.eval()
-        install(model.model.thinker, buckets=cuda)  # `generate` gets the windows too
+        install(model.model.thinker, gpu=cuda)  # `generate` gets the windows too
         aligner = load_aligner(self.aligner_id, kwargs) if self.aligner_id else None
         # Rows that stop early are padded with <|endoftext|> (the SDK leaves pad unset).
         pad = model.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
@@ -168,6 +168,10 @@ class QwenEngine:
                 graphs=cuda and self._graphs != "off",
                 sync_every=8 if cuda else 1,
             )
+            if cuda:  # every shape a prefill may take, seen once before any caller
+                started = time.perf_counter()
+                self._decoder.warm()
+                logger.info("prefill shapes warmed in {:.1f} s", time.perf_counter() - started)
             cache = self._decoder.cache
             logger.info(
                 "static KV cache: {} rows x {} tokens, {:.0f} MB (MAX_BATCH_SIZE, KV_CACHE_TOKENS)",

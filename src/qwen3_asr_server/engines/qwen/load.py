@@ -119,7 +119,7 @@ def load_aligner(path: str, kwargs: dict[str, Any]) -> Any:
 
     try:
         network = load_checkpoint(path, "FORCED_ALIGNER_ID", **kwargs)
-        install(network.thinker, buckets=kwargs.get("device_map") != "cpu")
+        install(network.thinker, gpu=kwargs.get("device_map") != "cpu")
         processor = AutoProcessor.from_pretrained(path, fix_mistral_regex=True)
         return Qwen3ForcedAligner(network, processor, Qwen3ForceAlignProcessor())
     except ModelLoadError:

@@ -80,7 +80,7 @@ class Decoder:
         self.slots = bucket(slots) if graphs else slots
         self.cache = Cache(shape, self.slots, length, self.device, thinker.dtype)
         self.stepper = Stepper(thinker, self.cache)
-        self.encoder = AudioEncoder(thinker.audio_tower, buckets=graphs)
+        self.encoder = AudioEncoder(thinker.audio_tower, gpu=graphs)
         self.prefiller = Prefiller(thinker, self.cache, self.encoder, buckets=graphs)
         self.graphs = graphs
         self.sync_every = max(1, sync_every)
@@ -94,6 +94,24 @@ class Decoder:
             with torch.inference_mode():
                 for size in (b for b in BUCKETS if b <= self.slots):
                     self.stepper.graphs[size] = CapturedStep(self.stepper, size, stream)
+
+    def warm(self, seconds: tuple[int, ...] = (2, 10, 30)) -> None:
+        """Prefill 1, 2, 4 ... rows of silence of each length (nothing is kept), so that
+        no caller pays for the first call of a shape: on CUDA the encoder's chunk and
+        window counts and the prompt widths come in buckets, and these cover them."""
+        import torch
+
+        prompt = self.sdk._build_text_prompt("", None)
+        with torch.inference_mode():
+            for rows in (b for b in BUCKETS if b <= self.slots):
+                for length in seconds:
+                    audio = np.zeros(length * SAMPLE_RATE, dtype=np.float32)
+                    inputs = self.sdk.processor(
+                        text=[prompt] * rows, audio=[audio] * rows, return_tensors="pt"
+                    )
+                    prompts = Prompts.of(inputs)
+                    if max(prompts.lengths()) < self.cache.length:
+                        self.prefiller(prompts, 0)
 
     @property
     def free(self) -> int:
