@@ -234,3 +234,14 @@ def test_the_warm_up_leaves_no_row_and_changes_no_answer(engine: QwenEngine) -> 
     assert decoder.rows == [] and decoder.free == decoder.slots
     after = engine.transcribe(request)
     assert (after.text, after.usage) == (before.text, before.usage)
+
+
+def test_kv_buckets_cover_every_length_and_end_at_the_cache() -> None:
+    from qwen3_asr_server.engines.qwen.steps import kv_bucket, kv_buckets
+
+    assert kv_buckets(1024) == [256, 512, 1024]
+    assert kv_buckets(2400) == [256, 512, 1024, 2048, 2400]
+    assert kv_buckets(200) == [200]
+    assert [kv_bucket(n, 2400) for n in (1, 256, 257, 2047, 2049, 2400)] == [
+        256, 256, 512, 2048, 2400, 2400
+    ]  # fmt: skip

@@ -24,7 +24,7 @@ from ..base import TranscribeRequest
 from .encoder import AudioEncoder
 from .guard import EOS_IDS, RowSpec, restrict
 from .prefill import Prefiller, Prompts
-from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket
+from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket, kv_bucket, kv_buckets
 from .tokens import RowRecord
 
 PAD_TO_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
@@ -93,7 +93,9 @@ class Decoder:
             stream = torch.cuda.Stream()
             with torch.inference_mode():
                 for size in (b for b in BUCKETS if b <= self.slots):
-                    self.stepper.graphs[size] = CapturedStep(self.stepper, size, stream)
+                    for kv in kv_buckets(length):
+                        step = CapturedStep(self.stepper, size, kv, stream)
+                        self.stepper.graphs[size, kv] = step
 
     def warm(self, seconds: tuple[int, ...] = (2, 10, 30)) -> None:
         """Prefill 1, 2, 4 ... rows of silence of each length (nothing is kept), so that
@@ -196,10 +198,12 @@ class Decoder:
         device = self.device
         tokens = torch.tensor([r.next for r in rows], dtype=torch.long, device=device)
         positions = torch.tensor([r.length for r in rows], dtype=torch.long, device=device)
+        # the positions the last step attends to (never past the cache: `fits` keeps room)
+        reads = min(max(r.length for r in rows) + steps, self.cache.length)
         chosen, scores = [], []
         with torch.inference_mode():
             for _ in range(steps):
-                logits = self._logits(tokens, positions)
+                logits = self._logits(tokens, positions, reads)
                 if restricted:
                     self._choose(rows, logits)
                     break
@@ -220,12 +224,14 @@ class Decoder:
             row.length += steps
             row.seconds += share
 
-    def _logits(self, tokens: Any, positions: Any) -> Any:
+    def _logits(self, tokens: Any, positions: Any, reads: int) -> Any:
+        """`reads`: the positions the step may attend to (the host knows each row's length:
+        nothing is read back for it)."""
         rows = tokens.shape[0]
         if not self.graphs:
-            kv_len = int(positions.max()) + 1
-            return self.stepper.run(tokens, positions, kv_len)
-        out: Any = self.stepper.graphs[bucket(rows)](tokens, positions)
+            return self.stepper.run(tokens, positions, reads)
+        kv = kv_bucket(reads, self.cache.length)
+        out: Any = self.stepper.graphs[bucket(rows), kv](tokens, positions)
         return out
 
     def _choose(self, rows: list[Row], logits: Any) -> None:

@@ -10,9 +10,11 @@ rotary embedding, MLP), attention over each row's cached positions only, and one
 Rows in flight always occupy slots 0..n-1: a row that leaves has the last row moved into
 its slot, so a step reads `[:n]` views of the cache, never a gather.
 
-On CUDA the step is captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...), at
-load, before any row is in flight: the running rows are padded to the next bucket (padding
-rows write into free slots: the cache has a bucket's worth), and every step is one graph
+On CUDA the step is captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...) and
+kv-length bucket (256, 512, ... up to the cache's length), at load, before any row is in
+flight: the running rows are padded to the next batch bucket (padding rows write into free
+slots: the cache has a bucket's worth), attention reads the positions of the smallest kv
+bucket that holds the longest row (not the whole cache), and every step is one graph
 launch. torch is imported only inside calls.
 """
 
@@ -24,9 +26,28 @@ from typing import Any
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+KV_SMALLEST = 256
+
+
 def bucket(rows: int) -> int:
     """The captured batch size a step of `rows` rows runs at."""
     return next((b for b in BUCKETS if b >= rows), rows)
+
+
+def kv_buckets(length: int) -> list[int]:
+    """The kv lengths captured for a cache of `length` positions: 256, 512, ... and the
+    cache's own length."""
+    sizes = []
+    size = KV_SMALLEST
+    while size < length:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, length]
+
+
+def kv_bucket(needed: int, length: int) -> int:
+    """The captured kv length a step that reads `needed` positions runs at."""
+    return next(b for b in kv_buckets(length) if b >= min(needed, length))
 
 
 @dataclass
@@ -74,12 +95,12 @@ class Stepper:
         self.text = thinker.model  # embed_tokens, layers, norm, rotary_emb
         self.head = thinker.lm_head
         self.cache = cache
-        self.graphs: dict[int, Any] = {}  # bucket -> CapturedStep (CUDA only)
+        self.graphs: dict[tuple[int, int], Any] = {}  # (bucket, kv) -> CapturedStep (CUDA)
 
     def run(self, tokens: Any, positions: Any, kv_len: int) -> Any:
         """Logits [B, vocab] for `tokens` [B] at `positions` [B] (each row's length so far):
         row i is in slot i and attends to its positions ≤ its own. `kv_len` bounds the
-        positions read (eager: the longest row + 1; a graph: the whole cache)."""
+        positions read (eager: the longest row + 1; a graph: its kv bucket)."""
         import torch
 
         rows = tokens.shape[0]
@@ -124,15 +145,15 @@ def rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 
 class CapturedStep:
-    """The step for one bucket captured as a CUDA graph on static input buffers."""
+    """The step for one batch bucket and kv length, captured as a CUDA graph on static
+    input buffers."""
 
-    def __init__(self, stepper: Stepper, rows: int, stream: Any) -> None:
+    def __init__(self, stepper: Stepper, rows: int, length: int, stream: Any) -> None:
         import torch
 
         device = stepper.cache.keys[0].device
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, dtype=torch.long, device=device)
-        length = stepper.cache.length
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: kernels chosen, allocations made, off the graph
