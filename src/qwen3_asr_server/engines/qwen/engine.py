@@ -169,9 +169,7 @@ class QwenEngine:
                 sync_every=8 if cuda else 1,
             )
             if cuda:  # every shape a prefill may take, seen once before any caller
-                started = time.perf_counter()
                 self._decoder.warm()
-                logger.info("prefill shapes warmed in {:.1f} s", time.perf_counter() - started)
             cache = self._decoder.cache
             logger.info(
                 "static KV cache: {} rows x {} tokens, {:.0f} MB (MAX_BATCH_SIZE, KV_CACHE_TOKENS)",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from loguru import logger
 
 from ...audio.pcm import SAMPLE_RATE
 from ...text import language_name
@@ -103,6 +104,7 @@ class Decoder:
         window counts and the prompt widths come in buckets, and these cover them."""
         import torch
 
+        started = time.perf_counter()
         prompt = self.sdk._build_text_prompt("", None)
         with torch.inference_mode():
             for rows in (b for b in BUCKETS if b <= self.slots):
@@ -114,6 +116,7 @@ class Decoder:
                     prompts = Prompts.of(inputs)
                     if max(prompts.lengths()) < self.cache.length:
                         self.prefiller(prompts, 0)
+        logger.info("prefill shapes warmed in {:.1f} s", time.perf_counter() - started)
 
     @property
     def free(self) -> int:
