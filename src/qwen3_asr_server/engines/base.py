@@ -103,7 +103,9 @@ class RowSource(Protocol):
     or a list for one `transcribe_batch` call). Handles are the source's own names."""
 
     def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
-        """Up to `free` new rows, the most urgent first ([] when none waits)."""
+        """Up to `free` new rows, the most urgent first ([] when none waits). Asked between
+        steps, also with no slot free (the source may then make rows leave, through `gone`,
+        for more urgent ones); the first ask of a `decode_rows` call has every slot free."""
         ...
 
     def gone(self, handle: object) -> bool:

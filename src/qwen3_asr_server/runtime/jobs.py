@@ -10,6 +10,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from loguru import logger
+
 T = TypeVar("T")
 
 REALTIME = 0  # streaming finals
@@ -29,6 +31,8 @@ class Job(Generic[T]):
     batch: BatchSpec | None = field(default=None, compare=False)
     queued_at: float = field(default_factory=time.monotonic, compare=False)
     state: str = field(default="pending", compare=False)  # pending|running|done|cancelled
+    # times its row left a step loop for a final and it waited again (a streaming partial)
+    displaced: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,14 @@ class Admission:
 ADMISSION: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
     "admission", default=None
 )
+
+
+def send(job: Job[Any], result: Any, error: BaseException | None) -> None:
+    """From the worker thread: the job's answer, to its caller's event loop."""
+    try:
+        job.loop.call_soon_threadsafe(deliver, job.future, result, error)
+    except RuntimeError:  # the caller's event loop is closed
+        logger.debug("event loop closed before the result could be delivered")
 
 
 def deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -9,7 +9,7 @@ import heapq
 from collections.abc import Hashable
 from typing import Any
 
-from .jobs import BATCH, PARTIAL, Job
+from .jobs import BATCH, PARTIAL, REALTIME, Job
 
 
 class JobQueue:
@@ -22,6 +22,13 @@ class JobQueue:
 
     def push(self, job: Job[Any]) -> None:
         heapq.heappush(self._heap, job)
+
+    def requeue(self, job: Job[Any]) -> None:
+        """A job that started waits again, in its old place (a partial's row that left its
+        step loop for a final)."""
+        job.state = "pending"
+        job.displaced += 1
+        self.push(job)
 
     def drain(self) -> list[Job[Any]]:
         jobs, self._heap = self._heap, []
@@ -79,19 +86,38 @@ class JobQueue:
             heapq.heapify(self._heap)
         return same
 
-    def joiners(self, key: Hashable, limit: int, now: float) -> list[Job[Any]]:
+    def joiners(self, key: Hashable, limit: int, now: float, reserve: int = 0) -> list[Job[Any]]:
         """Up to `limit` waiting jobs that may join a running step loop of `key`, in the
         order `pop` gives, taken out of the queue; none once the next job in line cannot
-        join (it runs when the loop ends, so jobs that keep joining never starve it)."""
+        join (it runs when the loop ends, so jobs that keep joining never starve it).
+        `reserve`: the last slots of `limit` go to finals only (a partial or an upload next
+        in line then waits, and so does everything behind it: finals come first anyway)."""
         taken: list[Job[Any]] = []
         while len(taken) < limit and self._heap:
             job = self.peek(now)
-            joins = job.batch is not None and job.batch.steps is not None
-            if job.state == "pending" and not (
-                joins and job.batch is not None and job.batch.key == key
-            ):
-                break
+            if job.state == "pending":
+                if not joins(job, key):
+                    break
+                if job.priority != REALTIME and limit - len(taken) <= reserve:
+                    break
             self.remove(job)
             if job.state == "pending":
                 taken.append(job)
         return taken
+
+    def finals(self, key: Hashable) -> int:
+        """Finals first in line that could join a running step loop of `key` (those that
+        wait for a slot when none is free)."""
+        if not self._heap or self._heap[0].priority != REALTIME:
+            return 0
+        count = 0
+        for job in sorted(j for j in self._heap if j.state == "pending"):
+            if job.priority != REALTIME or not joins(job, key):
+                break
+            count += 1
+        return count
+
+
+def joins(job: Job[Any], key: Hashable) -> bool:
+    """`job` is a row of a step loop of `key`."""
+    return job.batch is not None and job.batch.steps is not None and job.batch.key == key

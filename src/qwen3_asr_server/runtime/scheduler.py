@@ -22,12 +22,13 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from ..errors import QueueFullError, RequestTimeoutError, UnavailableError
-from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, deliver
+from .jobs import ADMISSION, BATCH, PARTIAL, REALTIME, Admission, BatchSpec, Job, send
 from .queue import JobQueue
-from .rows import JobRows
+from .rows import JobRows, Taken, reserve
 
 __all__ = ["BATCH", "PARTIAL", "REALTIME", "Admission", "BatchSpec", "PriorityScheduler"]
 T = TypeVar("T")
+GATHER_S = 0.004  # seconds a step loop's take waits for arriving uploads to join it at once
 
 
 class PriorityScheduler:
@@ -41,6 +42,7 @@ class PriorityScheduler:
         on_batch: Callable[[int, int], None] | None = None,
         workers: int = 1,
         realtime_quiet: float = 5.0,
+        gather: float = GATHER_S,
     ) -> None:
         self.max_queue = max_queue
         self.workers = max(1, workers)  # threads pulling from the heap: engine calls at once
@@ -49,6 +51,7 @@ class PriorityScheduler:
         self.realtime_quiet = realtime_quiet
         self._last_realtime = -realtime_quiet
         self.max_batch = max_batch
+        self.gather = gather
         self._on_start = on_start  # (priority, seconds waited) as each job starts: metrics
         self._on_batch = on_batch  # (most urgent priority, jobs) per engine call or step
         self._local = threading.local()  # the group of jobs running on this worker thread
@@ -63,6 +66,7 @@ class PriorityScheduler:
         self.completed = 0
         self.failed = 0
         self.batches = 0  # engine calls that ran more than one job
+        self.gathers = 0  # times a step loop's take waited for arriving work (`gather`)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -84,8 +88,7 @@ class PriorityScheduler:
             self._cond.notify_all()
         for job in pending:
             job.state = "cancelled"
-            err = UnavailableError("The server is shutting down.", code="shutting_down")
-            job.loop.call_soon_threadsafe(deliver, job.future, None, err)
+            send(job, None, UnavailableError("The server is shutting down.", code="shutting_down"))
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -131,6 +134,7 @@ class PriorityScheduler:
     def _arrived(self) -> None:
         with self._cond:
             self._arriving -= 1
+            self._cond.notify_all()  # (a take gathering arrivals stops waiting at none)
 
     def realtime_recent(self) -> bool:
         """A streaming job was submitted within `realtime_quiet` seconds."""
@@ -171,7 +175,7 @@ class PriorityScheduler:
                 raise UnavailableError("The server is shutting down.", code="shutting_down")
             # unadmitted jobs (partials) count only the jobs that run before or with them:
             # queued uploads do not delay a partial, so they do not refuse it either
-            if not admitted and self._ahead(priority) >= self.max_queue:
+            if not admitted and self._queue.ahead(priority) >= self.max_queue:
                 raise QueueFullError()
             if priority < BATCH:
                 self._last_realtime = time.monotonic()
@@ -191,10 +195,6 @@ class PriorityScheduler:
         except asyncio.CancelledError:
             self._cancel(job)
             raise
-
-    def _ahead(self, priority: int) -> int:
-        """Waiting jobs of this priority or a more urgent one (lock held)."""
-        return self._queue.ahead(priority)
 
     def _cancel(self, job: Job[Any]) -> None:
         with self._cond:
@@ -242,13 +242,12 @@ class PriorityScheduler:
             del job, group, member  # nor the last one's, while this thread waits for the next
 
     def _started(self, job: Job[Any]) -> None:
-        if self._on_start is not None:
+        if self._on_start is not None and not job.displaced:
             self._on_start(job.priority, time.monotonic() - job.queued_at)
 
     def _run_steps(self, first: Job[Any]) -> None:
         """An engine that decodes step by step: waiting jobs of the same key join its rows
-        between steps (`_take_rows`), most urgent first, and each is answered as its row
-        ends."""
+        between steps (`_take_rows`), and each is answered as its row ends."""
         assert first.batch is not None and first.batch.steps is not None
         rows = JobRows(first, self._take_rows, self._row_done, self._started, self._on_batch)
         try:
@@ -258,18 +257,39 @@ class PriorityScheduler:
             rows.fail(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
         rows.fail(RuntimeError("the engine left this job unanswered"))
 
-    def _take_rows(self, key: Hashable, free: int) -> list[Job[Any]]:
-        """Waiting jobs that join a running step loop of `key` (`JobQueue.joiners`)."""
+    def _take_rows(self, key: Hashable, free: int, slots: int, given: int) -> Taken:
+        """Waiting jobs that join a step loop of `key` in its `free` slots (`given` already
+        to its first job), and the finals of `key` left waiting for a slot. While streams
+        are live, `reserve(slots)` slots are for finals only. While uploads are arriving, a
+        take that got rows waits up to `gather` seconds for more: one prefill, not several."""
         with self._cond:
             if self._stopping:
-                return []
-            taken = self._queue.joiners(key, free, time.monotonic())
+                return [], 0
+            keep = reserve(slots) if self.realtime_recent() else 0
+            room, deadline, waits = free - given, time.monotonic() + self.gather, self.gathers
+            taken = self._queue.joiners(key, room, time.monotonic(), keep)
+            while (given or taken) and room - len(taken) > keep and self._arriving:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    break
+                self.gathers += 1
+                self._cond.wait(left)
+                taken += self._queue.joiners(key, room - len(taken), time.monotonic(), keep)
             for job in taken:
                 job.state = "running"
             self._running += len(taken)
-        return taken
+            if self.gathers > waits and self._queue:
+                self._cond.notify()  # (another worker may have missed its wake-up meanwhile)
+            return taken, self._queue.finals(key) if len(taken) == room else 0
 
-    def _row_done(self, job: Job[Any], result: Any, error: Exception | None) -> None:
+    def _row_done(self, job: Job[Any], result: Any, error: Exception | None, again: bool) -> None:
+        """`again`: a partial's row left for a final; its job waits again, in its old place
+        (its request built anew when it joins), unless its caller has gone meanwhile."""
+        with self._cond:
+            if again and job.state == "running":
+                self._running -= 1
+                self._queue.requeue(job)
+                return self._cond.notify()
         self._finish(job, result, error)
         with self._cond:
             self._running -= 1
@@ -325,8 +345,5 @@ class PriorityScheduler:
             job.state = "done"
         if dropped:
             logger.debug("dropping the result of a cancelled job")
-            return
-        try:
-            job.loop.call_soon_threadsafe(deliver, job.future, result, error)
-        except RuntimeError:  # the caller's event loop is closed
-            logger.debug("event loop closed before the result could be delivered")
+        else:
+            send(job, result, error)
