@@ -8,7 +8,8 @@ For 1 and 32 rows of 10 s (noise), the median time of
   values into the slots, the LM head at the last position, first tokens read back once);
 - `sdk`: the thinker's own forward on the same processor output (the SDK's encoder row by
   row, every position's logits): the core of the prefill before issue 50;
-the processor (log-mel and tokens, on the host) apart; the extra time of the first call of a
+the rows' preparation (chat prompt, tokens, log-mel: on the preparer's threads, beside the
+steps) apart; the extra time of the first call of a
 new audio length (12.3 s, never seen); operators per prefill (torch.profiler events) and
 host reads (a TorchFunctionMode count). On CUDA also the GPU waits per prefill
 (`torch.cuda.set_sync_debug_mode("warn")`) and CPU against CUDA time per prefill.
@@ -27,42 +28,40 @@ from common import tiny_qwen
 from gpu_check import noise, sync
 from qwen3_asr_server.engines.base import TranscribeRequest
 from qwen3_asr_server.engines.qwen.engine import QwenEngine
+from qwen3_asr_server.engines.qwen.prefill import Prompts
 from qwen3_asr_server.engines.qwen.rows import Row, prompt_for
 
 
-def rows(engine: QwenEngine, count: int, seconds: float) -> list[tuple[Row, str]]:
-    out = []
-    for i in range(count):
-        request = TranscribeRequest(noise(seconds, i))
-        prompt, forced = prompt_for(engine._model, request)
-        out.append((Row(i, request, engine._spec(request), forced), prompt))
-    return out
+def rows(engine: QwenEngine, count: int, seconds: float) -> list[Row]:
+    assert engine._preparer is not None
+    joining = [(i, TranscribeRequest(noise(seconds, i)), None) for i in range(count)]
+    return [r for r in engine._preparer(joining).rows() if isinstance(r, Row)]
 
 
-def ours(engine: QwenEngine, taken: list[tuple[Row, str]], prompts: Any = None) -> float:
+def ours(engine: QwenEngine, taken: list[Row]) -> float:
     decoder = engine._decoder
     assert decoder is not None
-    prompts = prompts or decoder._prompts(taken)
+    prompts = Prompts.join([r.prompts for r in taken if r.prompts is not None])
     sync()
     started = time.perf_counter()
     decoder._fill(taken, prompts)
     sync()
     spent = time.perf_counter() - started
     decoder.leave(lambda r: True)
-    for row, _ in taken:
+    for row in taken:
         row.record.generated.clear()
     return spent
 
 
-def sdk(engine: QwenEngine, taken: list[tuple[Row, str]]) -> float:
+def sdk(engine: QwenEngine, taken: list[Row]) -> float:
     import torch
 
     assert engine._model is not None
     model = engine._model
     thinker = model.model.thinker
     inputs = model.processor(
-        text=[p for _, p in taken],
-        audio=[r.request.audio for r, _ in taken],
+        text=[prompt_for(model, r.request)[0] for r in taken],
+        audio=[r.request.audio for r in taken],
         return_tensors="pt",
         padding=True,
     ).to(thinker.device)
@@ -79,15 +78,15 @@ def sdk(engine: QwenEngine, taken: list[tuple[Row, str]]) -> float:
         thinker.get_audio_features = ours_encoder
 
 
-def processor_time(engine: QwenEngine, taken: list[tuple[Row, str]]) -> float:
-    decoder = engine._decoder
-    assert decoder is not None
+def processor_time(engine: QwenEngine, taken: list[Row]) -> float:
+    """The rows' preparation (chat prompt, tokens, log-mel), as the preparer thread does it."""
+    assert engine._preparer is not None
     started = time.perf_counter()
-    decoder._prompts(taken)
+    engine._preparer([(row.handle, row.request, None) for row in taken]).rows()
     return time.perf_counter() - started
 
 
-def counts(engine: QwenEngine, taken: list[tuple[Row, str]]) -> tuple[int, int]:
+def counts(engine: QwenEngine, taken: list[Row]) -> tuple[int, int]:
     """(profiler events, host reads) of one prefill."""
     import torch
     from torch.overrides import TorchFunctionMode
@@ -106,14 +105,12 @@ def counts(engine: QwenEngine, taken: list[tuple[Row, str]]) -> tuple[int, int]:
         ours(engine, taken)
     events = len(profile.events())
     Reads.count = 0
-    assert engine._decoder is not None
-    prompts = engine._decoder._prompts(taken)  # (the processor reads its own host tensors)
     with Reads():
-        ours(engine, taken, prompts)
+        ours(engine, taken)
     return events, Reads.count
 
 
-def waits(engine: QwenEngine, taken: list[tuple[Row, str]]) -> str:
+def waits(engine: QwenEngine, taken: list[Row]) -> str:
     import torch
 
     if not torch.cuda.is_available():

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from qwen3_asr_server.engines.qwen.loop import run_rows
+from qwen3_asr_server.engines.qwen.loop import nothing_to_prepare, run_rows
 from qwen3_asr_server.runtime.scheduler import (
     BATCH,
     PARTIAL,
@@ -70,7 +70,8 @@ class Stepping:
         self.released.add(prefix)
 
     def decode_rows(self, source: Any) -> None:
-        run_rows(self, source, self._join, lambda row: row.req.label)  # type: ignore[arg-type]
+        join = lambda joining, _: self._join(joining)  # noqa: E731
+        run_rows(self, source, nothing_to_prepare, join, lambda row: row.req.label)  # type: ignore[arg-type]
 
     def _join(self, joining: list[tuple[object, Req, Any]]) -> list[FakeRow]:
         rows = [FakeRow(handle, req) for handle, req, _ in joining]

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from qwen3_asr_server.engines.base import TranscribeRequest
 from qwen3_asr_server.engines.qwen.encoder import AudioEncoder, tokens_for
 from qwen3_asr_server.engines.qwen.engine import QwenEngine
+from qwen3_asr_server.engines.qwen.prefill import Prompts
 from qwen3_asr_server.engines.qwen.rows import Row, prompt_for
 from speech import sentences
 from streaming_client import load
@@ -175,20 +176,20 @@ def engine(tiny_qwen_dir: Path) -> Iterator[QwenEngine]:
     e.unload()
 
 
-def rows(engine: QwenEngine, count: int) -> list[tuple[Row, str]]:
+def rows(engine: QwenEngine, count: int) -> list[Row]:
+    """Rows of 2 to 6 s of speech, prepared (prompts, tokens, log-mel) as the loop does."""
     clips = [load(name) for name in sorted(sentences())[:4]]
-    out = []
-    for i in range(count):
-        request = TranscribeRequest(audio=clips[i % 4][: 16000 * (2 + i % 5)])
-        prompt, forced = prompt_for(engine._model, request)
-        out.append((Row(i, request, engine._spec(request), forced), prompt))
-    return out
+    requests = [TranscribeRequest(audio=clips[i % 4][: 16000 * (2 + i % 5)]) for i in range(count)]
+    assert engine._preparer is not None
+    prepared = engine._preparer([(i, r, None) for i, r in enumerate(requests)]).rows()
+    assert all(isinstance(r, Row) for r in prepared), prepared
+    return [r for r in prepared if isinstance(r, Row)]
 
 
-def prefill(engine: QwenEngine, taken: list[tuple[Row, str]], mode: Any) -> None:
+def prefill(engine: QwenEngine, taken: list[Row], mode: Any) -> None:
     decoder = engine._decoder
     assert decoder is not None
-    prompts = decoder._prompts(taken)  # the processor's work, on the host
+    prompts = Prompts.join([r.prompts for r in taken if r.prompts is not None])
     with mode:
         decoder._fill(taken, prompts)
     decoder.leave(lambda r: True)
@@ -199,7 +200,7 @@ def test_a_prefill_of_32_rows_reads_the_device_at_most_three_times(engine: QwenE
     taken = rows(engine, 32)
     prefill(engine, taken, reads)
     assert reads.count <= 3, reads.seen
-    assert all(len(row.record.generated) == 1 for row, _ in taken)  # each chose its first
+    assert all(len(row.record.generated) == 1 for row in taken)  # each chose its first
 
 
 def test_a_prefill_of_32_rows_runs_few_more_operators_than_one(engine: QwenEngine) -> None:
@@ -217,7 +218,8 @@ def test_the_lean_prefill_chooses_what_the_models_own_forward_does(engine: QwenE
     prefill(engine, taken, contextlib.nullcontext())
     assert engine._model is not None
     processor, thinker = engine._model.processor, engine._model.model.thinker
-    for row, prompt in taken:
+    for row in taken:
+        prompt, _ = prompt_for(engine._model, row.request)
         inputs = processor(text=[prompt], audio=[row.request.audio], return_tensors="pt")
         with torch.no_grad():
             logits = thinker(**inputs).logits[0, -1]

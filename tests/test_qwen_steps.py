@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -339,3 +340,87 @@ def test_prefill_groups_keep_lengths_alike_and_forwards_bounded() -> None:
     chunks = prefill_groups(many)
     assert sum(map(len, chunks)) == 20
     assert all(len(c) * 30 * second <= PREFILL_SAMPLES for c in chunks) and len(chunks) == 3
+
+
+class Gated(Recorder):
+    """Row 1's preparation waits until row 0 has stepped `steps` times without it."""
+
+    def __init__(self, items: list[TranscribeRequest], steps: int) -> None:
+        super().__init__(items, per_take=1)
+        self.gate = threading.Event()
+        self.wanted = steps
+        self.taken_at: dict[int, int] = {}
+
+    def take(self, free: int) -> list[tuple[object, TranscribeRequest]]:
+        taken = super().take(free)
+        for handle, _ in taken:
+            self.taken_at[int(handle)] = self.steps  # type: ignore[call-overload]
+        return taken
+
+    def stepped(self, rows: int) -> None:
+        super().stepped(rows)
+        if 1 in self.taken_at and self.steps - self.taken_at[1] >= self.wanted:
+            self.gate.set()
+
+
+def test_rows_in_flight_keep_stepping_while_new_rows_are_prepared(
+    generate: QwenEngine, steps: QwenEngine
+) -> None:
+    """(Issue 50) a row's prompt and log-mel are prepared off the inference thread: the
+    rows in flight step meanwhile, and it joins once ready, decoding as it would alone."""
+    items = requests()[:2]
+    items[0] = TranscribeRequest(audio=np.concatenate([clips()[0]] * 3))  # a long budget
+    source = Gated(items, steps=3)
+    preparer = steps._preparer
+    assert preparer is not None
+    one = preparer.one
+
+    def gated(handle: object, request: TranscribeRequest):  # type: ignore[no-untyped-def]
+        if handle == 1:
+            assert source.gate.wait(timeout=60), "the rows in flight did not step meanwhile"
+        return one(handle, request)
+
+    decoder = steps._decoder
+    assert decoder is not None
+    prefill, prefilled_at = decoder.prefill, {}
+
+    def noting(rows):  # type: ignore[no-untyped-def]
+        prefilled_at.update({r.handle: source.steps for r in rows})
+        return prefill(rows)
+
+    preparer.one = gated  # type: ignore[method-assign]
+    decoder.prefill = noting  # type: ignore[method-assign]
+    try:
+        steps.decode_rows(source)
+    finally:
+        del preparer.one, decoder.prefill
+    assert source.gate.is_set()
+    assert prefilled_at[1] - source.taken_at[1] >= 3, (source.taken_at, prefilled_at)
+    for handle, request in enumerate(items):
+        result = source.results[handle]
+        assert isinstance(result, TranscribeResult), result
+        same(result, generate.transcribe(request))
+
+
+def test_a_row_whose_caller_left_while_it_was_prepared_is_not_prefilled(
+    steps: QwenEngine,
+) -> None:
+    source = Recorder(requests()[:2])
+    source.gone_after = {1: 0}  # gone before its first step
+    decoder = steps._decoder
+    assert decoder is not None
+    prefilled: list[object] = []
+    prefill = decoder.prefill
+
+    def counting(rows):  # type: ignore[no-untyped-def]
+        prefilled.extend(r.handle for r in rows)
+        return prefill(rows)
+
+    decoder.prefill = counting  # type: ignore[method-assign]
+    try:
+        steps.decode_rows(source)
+    finally:
+        del decoder.prefill
+    assert isinstance(source.results[1], JobCancelledError)
+    assert isinstance(source.results[0], TranscribeResult)
+    assert prefilled == [0]

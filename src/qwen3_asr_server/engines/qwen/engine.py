@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from loguru import logger
 
 from ...audio.pcm import SAMPLE_RATE
 from ...errors import ModelLoadError
-from ...text import QWEN_LANGUAGES, collapse_repetitions, language_code, language_name
+from ...text import QWEN_LANGUAGES, collapse_repetitions, language_code
 from ...transcript import Segment, Word
 from ..base import (
     RowSource,
@@ -23,7 +23,7 @@ from ..base import (
 from ..status import EngineStatus
 from .encoder import install
 from .generate import duration_groups, generate, prefill_groups, warn_budget
-from .guard import EOS_IDS, GenerationGuard, RowSpec, token_budget
+from .guard import EOS_IDS, GenerationGuard, RowSpec, row_spec
 from .load import (
     aligned_words,
     choose_attention,
@@ -34,8 +34,9 @@ from .load import (
     quantize_int8,
 )
 from .loop import Joining, ListSource, run_rows
-from .rows import Decoder, Row, prompt_for
-from .tokens import RowRecord, header_ids, text_logprobs, usage
+from .prepare import Preparer
+from .rows import Decoder, Row
+from .tokens import RowRecord, text_logprobs, usage
 
 
 class QwenEngine:
@@ -78,6 +79,7 @@ class QwenEngine:
         self._decode_setting, self._rows, self._kv_tokens = decode, rows, kv_tokens
         self._graphs = graphs
         self._decoder: Decoder | None = None
+        self._preparer: Preparer | None = None
 
     @property
     def device(self) -> str:
@@ -170,6 +172,8 @@ class QwenEngine:
             )
             if cuda:  # every shape a prefill may take, seen once before any caller
                 self._decoder.warm()
+            # prompts and log-mel off the inference thread (on a GPU machine its spare cores)
+            self._preparer = Preparer(model, self._spec, workers=4 if cuda else 1)
             cache = self._decoder.cache
             logger.info(
                 "static KV cache: {} rows x {} tokens, {:.0f} MB (MAX_BATCH_SIZE, KV_CACHE_TOKENS)",
@@ -187,6 +191,9 @@ class QwenEngine:
         self._model = None
         self._guard = None
         self._decoder = None
+        if self._preparer is not None:
+            self._preparer.close()
+            self._preparer = None
         self._aligner = None
         self._device = None
         self.dtype = self.attention = None
@@ -217,7 +224,8 @@ class QwenEngine:
     def decode_rows(self, source: RowSource) -> None:
         if self._decoder is None:
             raise RuntimeError("QwenEngine.decode_rows called before load()")
-        run_rows(self._decoder, source, self._join, self._finish)
+        assert self._preparer is not None
+        run_rows(self._decoder, source, self._preparer, self._prefill, self._finish)
 
     def batch_key(self, request: TranscribeRequest) -> Hashable | None:
         return "qwen"  # the SDK takes a language and a context per item
@@ -233,35 +241,27 @@ class QwenEngine:
             return source.answers()
         return self._generated(requests, should_stop)
 
-    def _spec(self, request: TranscribeRequest) -> RowSpec:
-        """A row's token budget, candidate language headers and wish for logprobs."""
-        assert self._model is not None
-        budget = token_budget(len(request.audio) / SAMPLE_RATE, self._max_new_tokens)
-        names = [language_name(c) or c for c in request.languages] if not request.language else []
-        headers = header_ids(self._model.processor.tokenizer, names) if names else None
-        return RowSpec(budget, headers, request.logprobs)
+    def _spec(self, request: TranscribeRequest, tokenizer: Any = None) -> RowSpec:
+        assert self._model is not None  # (`tokenizer`: a preparer thread's own)
+        tokenizer = tokenizer or self._model.processor.tokenizer
+        return row_spec(request, tokenizer, self._max_new_tokens)
 
-    def _join(self, joining: Joining) -> list[Row | TranscribeResult | Exception]:
-        """Rows prefilled together into the step loop (a bad input fails only its row);
-        one too long for the static cache is decoded alone by `generate` (answered)."""
-        assert self._model is not None and self._decoder is not None
-        out: list[Row | TranscribeResult | Exception] = []
-        rows: list[tuple[int, Row, str]] = []  # (its place in `out`, the row, its prompt)
-        for handle, request, _ in joining:
-            try:
-                prompt, forced = prompt_for(self._model, request)
-                row = Row(handle, request, self._spec(request), forced)
-                rows.append((len(out), row, prompt))
-                out.append(row)
-            except Exception as exc:
-                out.append(exc)
-        for group in prefill_groups([len(row.request.audio) for _, row, _ in rows]):
+    def _prefill(
+        self, joining: Joining, prepared: Sequence[object]
+    ) -> list[Row | TranscribeResult | Exception]:
+        """The prepared rows prefilled together into the step loop (a row that failed its
+        preparation is answered with its error); one too long for the static cache is
+        decoded alone by `generate` (answered)."""
+        assert self._decoder is not None
+        out: list[Row | TranscribeResult | Exception] = [
+            r if isinstance(r, Row | Exception) else RuntimeError(repr(r)) for r in prepared
+        ]
+        rows = [(i, r) for i, r in enumerate(prepared) if isinstance(r, Row)]
+        for group in prefill_groups([len(row.request.audio) for _, row in rows]):
             batch = [rows[k] for k in group]
-            fitted = self._decoder.prefill([(row, prompt) for _, row, prompt in batch])
-            for (i, row, _), fits in zip(batch, fitted, strict=True):
-                if isinstance(fits, Exception):  # its prompt or audio failed: its alone
-                    out[i] = fits
-                elif not fits:
+            fitted = self._decoder.prefill([row for _, row in batch])
+            for (i, row), fits in zip(batch, fitted, strict=True):
+                if not fits:
                     out[i] = self._alone(row, joining[i][2])
         return out
 

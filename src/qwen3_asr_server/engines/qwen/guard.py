@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import ShouldStop, never_stop
-from .tokens import RowRecord
+from ...audio.pcm import SAMPLE_RATE
+from ...text import language_name
+from ..base import ShouldStop, TranscribeRequest, never_stop
+from .tokens import RowRecord, header_ids
 
 # The SDK's hard-coded end-of-sequence ids (<|im_end|>, <|endoftext|>).
 EOS_IDS = (151645, 151643)
@@ -150,3 +152,11 @@ class Limits:
 
     def __exit__(self, *_: Any) -> None:
         self._guard._state = CallState([], never_stop)
+
+
+def row_spec(request: TranscribeRequest, tokenizer: Any, max_new_tokens: int) -> RowSpec:
+    """A row's token budget, candidate language headers and wish for logprobs."""
+    budget = token_budget(len(request.audio) / SAMPLE_RATE, max_new_tokens)
+    names = [language_name(c) or c for c in request.languages] if not request.language else []
+    headers = header_ids(tokenizer, names) if names else None
+    return RowSpec(budget, headers, request.logprobs)

@@ -1,13 +1,18 @@
 """The decode loop of the Qwen engine's step path: rows from a RowSource join between steps
 (the rows taken together are prefilled together), leave at their end token or budget, or
 when nobody waits for them any more, and each is answered the moment it ends, not when the
-whole batch does."""
+whole batch does.
+
+Rows taken are prepared off this thread (`prepare`: prompts, tokens, log-mel), while the
+rows in flight keep stepping; they join at the first step boundary after they are ready
+(at once when no row is in flight). Their slots are kept for them meanwhile."""
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..base import (
     JobCancelledError,
@@ -21,48 +26,88 @@ if TYPE_CHECKING:  # (the loop itself runs on any decoder: the scheduler's tests
     from .rows import Decoder, Row
 
 Joining = list[tuple[object, TranscribeRequest, ShouldStop]]
-# prefills the rows taken together; each is a Row, or answered another way, or its error
-Join = Callable[[Joining], "Sequence[Row | TranscribeResult | Exception]"]
+
+
+class Pending(Protocol):
+    """The rows of one take being prepared (one entry per row, in order)."""
+
+    def __len__(self) -> int: ...
+
+    def ready(self) -> bool: ...
+
+    def rows(self) -> Sequence[object]:
+        """Waits until every row is prepared."""
+        ...
+
+
+Prepare = Callable[[Joining], Pending]
+# prefills the prepared rows taken together; each is a Row, or answered another way, or its
+# error (a row whose caller went away while it was prepared comes as JobCancelledError)
+Join = Callable[[Joining, Sequence[object]], "Sequence[Row | TranscribeResult | Exception]"]
+
+
+class Prepared:
+    """A take with nothing left to prepare."""
+
+    def __init__(self, rows: Sequence[object]) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def ready(self) -> bool:
+        return True
+
+    def rows(self) -> Sequence[object]:
+        return self._rows
+
+
+def nothing_to_prepare(joining: Joining) -> Prepared:
+    return Prepared([None] * len(joining))
 
 
 def run_rows(
-    decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
+    decoder: Decoder,
+    source: RowSource,
+    prepare: Prepare,
+    join: Join,
+    finish: Callable[[Row], TranscribeResult],
 ) -> None:
-    """Until the source has no row left. `join` prefills the rows taken together (or
-    answers one another way: a result, or its error); `finish` turns an ended row into its
-    answer. If the source itself fails, the rows in flight are dropped (the cache is left
-    empty for the next call)."""
+    """Until the source has no row left. `prepare` starts the preparation of the rows
+    taken together, `join` prefills them once prepared (or answers one another way: a
+    result, or its error); `finish` turns an ended row into its answer. If the source
+    itself fails, the rows in flight are dropped (the cache is left empty for the next
+    call); the source answers the rows still being prepared."""
     try:
-        loop(decoder, source, join, finish)
+        loop(decoder, source, prepare, join, finish)
     except BaseException:
         decoder.leave(lambda r: True)
         raise
 
 
 def loop(
-    decoder: Decoder, source: RowSource, join: Join, finish: Callable[[Row], TranscribeResult]
+    decoder: Decoder,
+    source: RowSource,
+    prepare: Prepare,
+    join: Join,
+    finish: Callable[[Row], TranscribeResult],
 ) -> None:
+    pending: deque[tuple[Joining, Pending]] = deque()
     while True:
         answer(decoder, source, finish)  # rows that ended in the last step, or were left
         # asked with no slot free too: a final that waits may then make a partial leave
-        taken = source.take(decoder.free)
-        took = bool(taken)
+        waiting = sum(len(p) for _, p in pending)  # slots kept for the rows being prepared
+        taken = source.take(max(0, decoder.free - waiting))
         if taken:
             joining: Joining = [(h, r, functools.partial(source.gone, h)) for h, r in taken]
-            try:
-                joined = join(joining)
-            except Exception as exc:  # the prefill itself failed: the rows taken hear why
-                failed = {id(h) for h, _ in taken}
-                decoder.leave(lambda r, failed=failed: id(r.handle) in failed)  # type: ignore[misc]
-                joined = [exc] * len(taken)
-            for (handle, _), outcome in zip(taken, joined, strict=True):
-                if isinstance(outcome, Exception):
-                    source.done(handle, None, outcome)
-                elif isinstance(outcome, TranscribeResult):
-                    source.done(handle, outcome, None)
+            pending.append((joining, prepare(joining)))
+        # ready rows join; with no row in flight, the loop waits for the oldest take
+        while pending and (pending[0][1].ready() or not decoder.rows):
+            joining, prepared = pending.popleft()
+            joined(decoder, source, join, joining, prepared.rows())
         answer(decoder, source, finish)  # rows that ended at their first token
         if not decoder.rows:
-            if took:
+            if pending or taken:
                 continue
             return
         source.stepped(len(decoder.rows))
@@ -71,6 +116,25 @@ def loop(
         except Exception as exc:  # the step itself failed: every row in it hears why
             for row in decoder.leave(lambda r: True):
                 source.done(row.handle, None, exc)
+
+
+def joined(
+    decoder: Decoder, source: RowSource, join: Join, joining: Joining, rows: Sequence[object]
+) -> None:
+    """Prefill the prepared rows of one take; answer those answered another way."""
+    gone = JobCancelledError("its caller has gone")
+    rows = [gone if source.gone(h) else row for (h, _, _), row in zip(joining, rows, strict=True)]
+    try:
+        outcomes = join(joining, rows)
+    except Exception as exc:  # the prefill itself failed: the rows taken hear why
+        failed = {id(h) for h, _, _ in joining}
+        decoder.leave(lambda r: id(r.handle) in failed)
+        outcomes = [exc] * len(joining)
+    for (handle, _, _), outcome in zip(joining, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            source.done(handle, None, outcome)
+        elif isinstance(outcome, TranscribeResult):
+            source.done(handle, outcome, None)
 
 
 def answer(decoder: Decoder, source: RowSource, finish: Callable[[Row], TranscribeResult]) -> None:

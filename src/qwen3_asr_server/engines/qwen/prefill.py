@@ -44,9 +44,18 @@ class Prompts:
         return cls([ids[i][mask[i]] for i in range(len(ids))], inputs["input_features"].numpy(),
                    [int(f) for f in frames])  # fmt: skip
 
-    def select(self, keep: list[int]) -> Prompts:
-        return Prompts(
-            [self.ids[i] for i in keep], self.features[keep], [self.frames[i] for i in keep]
+    @classmethod
+    def join(cls, parts: list[Prompts]) -> Prompts:
+        """The rows of several prompts as one (features zero-padded to the longest)."""
+        longest = max(p.features.shape[2] for p in parts)
+        rows = sum(len(p.ids) for p in parts)
+        features = np.zeros((rows, parts[0].features.shape[1], longest), dtype=np.float32)
+        row = 0
+        for part in parts:
+            features[row : row + len(part.ids), :, : part.features.shape[2]] = part.features
+            row += len(part.ids)
+        return cls(
+            [i for p in parts for i in p.ids], features, [f for p in parts for f in p.frames]
         )
 
     def lengths(self) -> list[int]:

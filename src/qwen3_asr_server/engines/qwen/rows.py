@@ -43,6 +43,7 @@ class Row:
     ended: bool = False
     hit: bool = False  # stopped at its budget without an end token
     seconds: float = 0.0  # engine time: its prefill, and its share of each step
+    prompts: Prompts | None = None  # its tokens and features (`prepare.Preparer`)
 
     def take(self, token: int, logprob: float | None) -> None:
         """A token the model chose for this row (ignored once it has ended)."""
@@ -125,69 +126,36 @@ class Decoder:
     def fits(self, row: Row, prompt_tokens: int) -> bool:
         return prompt_tokens + row.spec.budget + self.sync_every <= self.cache.length
 
-    def prefill(self, rows: list[tuple[Row, str]]) -> list[bool | Exception]:
-        """Prefill the rows' prompts together (`prefill.Prefiller`: each row's positions,
-        attention and audio windows are its own, so its first token is what it would be
-        alone), keep each row's keys and values in the next free slot, and choose its
-        first token. False for a row that does not fit in the cache, its error for a row
-        the processor refuses (neither is prefilled; the others are, without them)."""
-        if not rows:
-            return []
-        try:
-            prompts = self._prompts(rows)
-        except Exception as exc:
-            if len(rows) == 1:
-                return [exc]
-            return self._without_failing(rows, exc)
-        fits: list[bool | Exception] = []
-        for i, (row, _) in enumerate(rows):
-            ids = prompts.ids[i]
+    def prefill(self, rows: list[Row]) -> list[bool]:
+        """Prefill the rows' prepared prompts together (`prefill.Prefiller`: each row's
+        positions, attention and audio windows are its own, so its first token is what it
+        would be alone), keep each row's keys and values in the next free slot, and choose
+        its first token. False for a row that does not fit in the cache (not prefilled;
+        the others are, without it)."""
+        fits = []
+        for row in rows:
+            assert row.prompts is not None, "a row is prepared before its prefill"
+            ids = row.prompts.ids[0]
             row.record.input_tokens = len(ids)
             row.record.audio_tokens = int((ids == self.prefiller.audio_token).sum())
             fits.append(self.fits(row, len(ids)))
-        keep = [i for i, ok in enumerate(fits) if ok]
-        if keep:  # (rarely not all: a prompt too long for the cache is left out)
-            self._fill([rows[i] for i in keep], prompts.select(keep))
+        kept = [row for row, ok in zip(rows, fits, strict=True) if ok]
+        if kept:  # (rarely not all: a prompt too long for the cache is left out)
+            self._fill(kept, Prompts.join([r.prompts for r in kept if r.prompts is not None]))
         return fits
 
-    def _without_failing(
-        self, rows: list[tuple[Row, str]], error: Exception
-    ) -> list[bool | Exception]:
-        """The processor failed on the rows taken together: each alone finds the rows it
-        fails on (their error is theirs), and the others are prefilled together again."""
-        failed: list[Exception | None] = []
-        for row in rows:
-            try:
-                self._prompts([row])
-                failed.append(None)
-            except Exception as exc:
-                failed.append(exc)
-        if not any(failed):  # no row fails alone: the group's failure is every row's
-            raise error
-        rest = iter(self.prefill([r for r, f in zip(rows, failed, strict=True) if f is None]))
-        return [f if f is not None else next(rest) for f in failed]
-
-    def _prompts(self, rows: list[tuple[Row, str]]) -> Prompts:
-        inputs = self.sdk.processor(
-            text=[p for _, p in rows],
-            audio=[padded(r.request.audio) for r, _ in rows],
-            return_tensors="pt",
-            padding=True,
-        )
-        return Prompts.of(inputs)
-
-    def _fill(self, rows: list[tuple[Row, str]], prompts: Prompts) -> None:
+    def _fill(self, rows: list[Row], prompts: Prompts) -> None:
         import torch
 
         started = time.perf_counter()
         with torch.inference_mode():
             logits = self.prefiller(prompts, len(self.rows))
-        for (row, _), length in zip(rows, prompts.lengths(), strict=True):
+        for row, length in zip(rows, prompts.lengths(), strict=True):
             row.length = length
             self.rows.append(row)
-        self._choose([r for r, _ in rows], logits)
+        self._choose(rows, logits)
         share = (time.perf_counter() - started) / len(rows)
-        for row, _ in rows:
+        for row in rows:
             row.seconds += share
 
     def step(self) -> None:

@@ -1,0 +1,78 @@
+"""Rows' prompts prepared off the inference thread (issue 50): each row's chat prompt, and
+the processor's tokens and log-mel features of that row alone, on a small thread pool,
+while the rows in flight keep stepping (the loop joins them once they are ready).
+
+Each row is processed alone, so its features never depend on the rows beside it (a batch
+would pad every row's audio to the longest), and a prompt the processor refuses fails its
+own row only. Each worker thread has its own copy of the processor: a fast tokenizer is
+not safe to share across threads (it changes its padding state per call). torch is not
+imported here.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..base import TranscribeRequest
+from .guard import RowSpec
+from .prefill import Prompts
+from .rows import Row, padded, prompt_for
+
+Joining = list[tuple[object, TranscribeRequest, Any]]  # (handle, request, should_stop)
+
+
+class Pending:
+    """The rows of one take, being prepared: each a Row with its prompts, or its error."""
+
+    def __init__(self, futures: list[Future[Row | Exception]]) -> None:
+        self.futures = futures
+
+    def __len__(self) -> int:
+        return len(self.futures)
+
+    def ready(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def rows(self) -> list[Row | Exception]:
+        """Waits for every row (a row's own failure is its answer, never raised here)."""
+        return [f.result() for f in self.futures]
+
+
+class Preparer:
+    def __init__(
+        self, sdk: Any, spec: Callable[[TranscribeRequest, Any], RowSpec], workers: int
+    ) -> None:
+        self.sdk = sdk
+        self.spec = spec
+        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="qwen-prepare")
+        self.local = threading.local()
+
+    def __call__(self, joining: Joining) -> Pending:
+        return Pending([self.pool.submit(self.one, h, r) for h, r, _ in joining])
+
+    def one(self, handle: object, request: TranscribeRequest) -> Row | Exception:
+        try:
+            prompt, forced = prompt_for(self.sdk, request)
+            processor = self.processor()
+            row = Row(handle, request, self.spec(request, processor.tokenizer), forced)
+            inputs = processor(
+                text=[prompt], audio=[padded(request.audio)], return_tensors="pt", padding=True
+            )
+            row.prompts = Prompts.of(inputs)
+            return row
+        except Exception as exc:  # this row's own failure
+            return exc
+
+    def processor(self) -> Any:
+        """This worker thread's own copy of the SDK's processor."""
+        mine = getattr(self.local, "processor", None)
+        if mine is None:
+            mine = self.local.processor = copy.deepcopy(self.sdk.processor)
+        return mine
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
