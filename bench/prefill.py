@@ -101,12 +101,19 @@ def counts(engine: QwenEngine, taken: list[Row]) -> tuple[int, int]:
                 Reads.count += 1
             return func(*args, **(kw or {}))
 
+    decoder = engine._decoder
+    assert decoder is not None
+    prompts = Prompts.join([r.prompts for r in taken if r.prompts is not None])
     with torch.profiler.profile() as profile:
-        ours(engine, taken)
+        decoder._fill(taken, prompts)
     events = len(profile.events())
+    decoder.leave(lambda r: True)
     Reads.count = 0
     with Reads():
-        ours(engine, taken)
+        decoder._fill(taken, prompts)
+    decoder.leave(lambda r: True)
+    for row in taken:
+        row.record.generated.clear()
     return events, Reads.count
 
 

@@ -233,16 +233,18 @@ class Decoder:
         row.take(token, logprob)
 
     def leave(self, ended: Callable[[Row], bool]) -> list[Row]:
-        """Take out the rows for which `ended(row)`; the last rows move into their slots."""
-        gone = [r for r in self.rows if ended(r)]
-        for row in gone:
-            slot = self.rows.index(row)
-            last = len(self.rows) - 1
-            if slot != last:
-                moved = self.rows[last]
-                self.cache.move(last, slot, moved.length)
-                self.rows[slot] = moved
-            self.rows.pop()
+        """Take out the rows for which `ended(row)`: rows that stay beyond the new count
+        move into the slots freed below it (the fewest moves: none when the last rows or
+        all rows leave)."""
+        out = [ended(r) for r in self.rows]
+        gone = [r for r, o in zip(self.rows, out, strict=True) if o]
+        count = len(self.rows) - len(gone)
+        holes = [i for i in range(count) if out[i]]
+        movers = [i for i in range(count, len(self.rows)) if not out[i]]
+        for hole, mover in zip(holes, movers, strict=True):
+            self.cache.move(mover, hole, self.rows[mover].length)
+            self.rows[hole] = self.rows[mover]
+        del self.rows[count:]
         return gone
 
 
