@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -38,6 +39,16 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             text=True,
         )
+        # Read as it comes: a full pipe would block the server on its next log line (its
+        # inference thread and its event loop both log).
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.append(line)
 
     def wait_healthy(self, timeout: float = 30.0) -> float:
         """Seconds from process start to the first 200 on /health."""
@@ -76,5 +87,5 @@ class ServerProcess:
 
     def output(self) -> str:
         self.stop()
-        assert self.proc.stdout is not None
-        return self.proc.stdout.read()
+        self._reader.join(10)
+        return "".join(self._lines)
