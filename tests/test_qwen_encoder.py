@@ -247,3 +247,38 @@ def test_kv_buckets_cover_every_length_and_end_at_the_cache() -> None:
     assert [kv_bucket(n, 2400) for n in (1, 256, 257, 2047, 2049, 2400)] == [
         256, 256, 512, 2048, 2400, 2400
     ]  # fmt: skip
+
+
+def window_independent(thinker: Any) -> bool:
+    """The thinker's own `get_audio_features`: is the last window's output untouched when
+    only the first window's audio changes? (Unwindowed attention moves it, if only in the
+    last bits with random weights.)"""
+    first = features([1750], seed=5)
+    second = first.clone()
+    second[0, :, :800] = 4.0 - 8.0 * first[0, :, :800]
+    mask = torch.ones(1, 1750, dtype=torch.long)
+    with torch.no_grad():
+        a = thinker.get_audio_features(first, feature_attention_mask=mask)
+        b = thinker.get_audio_features(second, feature_attention_mask=mask)
+    window = AudioEncoder(thinker.audio_tower).window
+    return bool(torch.equal(a[2 * window :], b[2 * window :]))
+
+
+def test_generate_and_the_aligner_use_the_windowed_encoder(
+    tiny_qwen_dir: Path, tiny_aligner_dir: Path
+) -> None:
+    from qwen3_asr_server.engines.qwen.load import load_aligner
+
+    generate = QwenEngine(str(tiny_qwen_dir), device="cpu", decode="generate")
+    generate.load()
+    try:
+        assert generate._model is not None
+        thinker = generate._model.model.thinker
+        assert window_independent(thinker)
+        del thinker.get_audio_features  # the SDK's own encoder: attends across windows
+        assert not window_independent(thinker)
+    finally:
+        generate.unload()
+    kwargs = {"dtype": torch.float32, "device_map": "cpu", "attn_implementation": "sdpa"}
+    aligner = load_aligner(str(tiny_aligner_dir), kwargs)
+    assert window_independent(aligner.model.thinker)
