@@ -41,14 +41,23 @@ class ServerProcess:
         )
         # Read as it comes: a full pipe would block the server on its next log line (its
         # inference thread and its event loop both log).
-        self._lines: list[str] = []
+        self.lines: list[str] = []
+        self._seen = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self._lines.append(line)
+            with self._seen:
+                self.lines.append(line)
+                self._seen.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> str | None:
+        """The first output line holding `text`, waiting up to `timeout` s (None: none)."""
+        with self._seen:
+            self._seen.wait_for(lambda: any(text in line for line in self.lines), timeout)
+            return next((line for line in self.lines if text in line), None)
 
     def wait_healthy(self, timeout: float = 30.0) -> float:
         """Seconds from process start to the first 200 on /health."""
@@ -87,5 +96,5 @@ class ServerProcess:
 
     def output(self) -> str:
         self.stop()
-        self._reader.join(10)
-        return "".join(self._lines)
+        self._reader.join(30)
+        return "".join(self.lines)

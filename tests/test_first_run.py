@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,32 +46,12 @@ def fresh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-class DrainedServer(ServerProcess):
-    """A server process whose log is read as it comes (a full pipe would block the server)."""
-
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        super().__init__(env, cwd=cwd)
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._drain, daemon=True)
-        self.reader.start()
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def output(self) -> str:
-        self.stop()
-        self.reader.join(30)
-        return "".join(self.lines)
-
-
 @pytest.fixture
 def start() -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
 
     def run(env: dict[str, str], cwd: Path) -> ServerProcess:
-        server = DrainedServer(env, cwd)
+        server = ServerProcess(env, cwd=cwd)  # (its log is read as it comes)
         started.append(server)
         server.wait_healthy(timeout=DEADLINE_S)
         return server

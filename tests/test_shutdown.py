@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
-from typing import IO
 
 import httpx
 import pytest
@@ -23,28 +21,8 @@ pytestmark = pytest.mark.slow
 FLUSHES = 800  # 800 finals of 0.7 s (with the flush's padding): minutes of decoding on a CPU
 
 
-class Log:
-    """The process's output, line by line, on a thread; `wait_for` waits on a line."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[str]) -> None:
-        for line in stream:
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-
-    def wait_for(self, text: str, timeout: float) -> str | None:
-        with self._cond:
-            self._cond.wait_for(lambda: any(text in line for line in self.lines), timeout)
-            return next((line for line in self.lines if text in line), None)
-
-
-def start(shutdown_timeout: float) -> tuple[ServerProcess, Log]:
+def start(shutdown_timeout: float) -> tuple[ServerProcess, ServerProcess]:
+    """The server, twice: the second as its log (`wait_for` a line, `lines`)."""
     srv = ServerProcess(
         {
             **WHISPER_BACKEND_ENV,
@@ -53,10 +31,8 @@ def start(shutdown_timeout: float) -> tuple[ServerProcess, Log]:
             "SHUTDOWN_TIMEOUT": str(shutdown_timeout),
         }
     )
-    assert srv.proc.stdout is not None
-    log = Log(srv.proc.stdout)
     srv.wait_healthy(120)
-    return srv, log
+    return srv, srv
 
 
 def pending_seconds(url: str) -> float:
