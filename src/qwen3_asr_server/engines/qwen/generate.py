@@ -53,14 +53,14 @@ def duration_groups(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
-PREFILL_SAMPLES = 256 * SAMPLE_RATE  # padded audio per prefill forward: its logits stay ~1 GB
+PREFILL_SAMPLES = 256 * SAMPLE_RATE  # padded audio per prefill: bounds its activations
 
 
 def prefill_groups(lengths: list[int]) -> list[list[int]]:
-    """Rows prefilled together: of similar length (`duration_groups`: a short row padded
-    to a long one's length is what upstream's mixed-length bug, QwenLM/Qwen3-ASR#207, came
-    from), and at most PREFILL_SAMPLES of padded audio per forward (every position's
-    logits come back from the model's forward)."""
+    """Rows prefilled together: of similar length (`duration_groups`: little padding; for
+    `generate`, a short row padded to a long one's length is what upstream's mixed-length
+    bug, QwenLM/Qwen3-ASR#207, came from), and at most PREFILL_SAMPLES of padded audio per
+    prefill (its activations: every position of every row, in every layer)."""
     groups: list[list[int]] = []
     for group in duration_groups(lengths):
         chunk: list[int] = []

@@ -72,16 +72,6 @@ class Cache:
     def bytes(self) -> int:
         return sum(k.numel() * k.element_size() * 2 for k in self.keys)
 
-    def fill(self, slot: int, past: Any, row: int = 0, pad: int = 0) -> int:
-        """Copy row `row` of a prefill's DynamicCache, past its `pad` left-padding
-        positions, into `slot`; returns its length."""
-        length = 0
-        for layer, (keys, values) in enumerate(past):
-            length = keys.shape[2] - pad
-            self.keys[layer][slot, :, :length] = keys[row, :, pad:]
-            self.values[layer][slot, :, :length] = values[row, :, pad:]
-        return length
-
     def move(self, source: int, target: int, length: int) -> None:
         for k, v in zip(self.keys, self.values, strict=True):
             k[target, :, :length] = k[source, :, :length]
