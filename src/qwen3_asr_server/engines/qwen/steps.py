@@ -1,14 +1,13 @@
 """Our own Qwen3-ASR decode loop (issue 43): rows join and leave between steps.
 
-Each row's prompt (chat template, audio encoder output) is prefilled through the model's
-own forward, with the rows of similar length taken together in one left-padded forward
-(each row's positions and attention are its own, so its first token is what it would be
-alone); its keys and values then go into a static cache (`Cache`: one slot per row in
-flight, allocated once). A decode step runs every row in flight together, one token each:
+Each row's prompt (chat template, audio encoder output) is prefilled with the rows taken
+beside it (`prefill.py`: each row's positions and attention are its own, so its first token
+is what it would be alone), its keys and values written into a static cache (`Cache`: one
+slot per row in flight, allocated once). A decode step runs every row in flight together, one token each:
 one embedding, one pass over the layers with the model's own modules (norms, projections,
 rotary embedding, MLP), attention over each row's cached positions only, and one LM head.
-Rows in flight always occupy slots 0..n-1: a row that leaves has the last row moved into
-its slot, so a step reads `[:n]` views of the cache, never a gather.
+Rows in flight always occupy slots 0..n-1: a row that leaves has a row from beyond the new
+count moved into its slot, so a step reads `[:n]` views of the cache, never a gather.
 
 On CUDA the step is captured as a CUDA graph per batch-size bucket (1, 2, 4, 8, ...) and
 kv-length bucket (256, 512, ... up to the cache's length), at load, before any row is in
