@@ -282,3 +282,15 @@ def test_generate_and_the_aligner_use_the_windowed_encoder(
     kwargs = {"dtype": torch.float32, "device_map": "cpu", "attn_implementation": "sdpa"}
     aligner = load_aligner(str(tiny_aligner_dir), kwargs)
     assert window_independent(aligner.model.thinker)
+
+
+def test_preparer_threads_run_torch_on_one_core_and_leave_the_callers_alone(
+    engine: QwenEngine,
+) -> None:
+    """Each preparer thread bringing its own OpenMP team made a decode step of 8 rows 4x
+    slower on 2 cores; the preparer's threads run torch on one thread, ours keeps its own."""
+    before = torch.get_num_threads()
+    rows(engine, 2)  # runs the log-mel on the preparer's thread
+    assert engine._preparer is not None
+    assert engine._preparer.pool.submit(torch.get_num_threads).result() == 1
+    assert torch.get_num_threads() == before
