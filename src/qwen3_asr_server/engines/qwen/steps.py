@@ -3,9 +3,10 @@
 Each row's prompt (chat template, audio encoder output) is prefilled with the rows taken
 beside it (`prefill.py`: each row's positions and attention are its own, so its first token
 is what it would be alone), its keys and values written into a static cache (`Cache`: one
-slot per row in flight, allocated once). A decode step runs every row in flight together, one token each:
-one embedding, one pass over the layers with the model's own modules (norms, projections,
-rotary embedding, MLP), attention over each row's cached positions only, and one LM head.
+slot per row in flight, allocated once). A decode step runs every row in flight together,
+one token each: one embedding, one pass over the layers with the model's own modules
+(norms, projections, rotary embedding, MLP), attention over each row's cached positions
+only, and one LM head.
 Rows in flight always occupy slots 0..n-1: a row that leaves has a row from beyond the new
 count moved into its slot, so a step reads `[:n]` views of the cache, never a gather.
 
