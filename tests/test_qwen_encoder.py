@@ -11,6 +11,7 @@ SDPA forward shows it does."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,8 @@ def test_preparer_threads_run_torch_on_one_core_and_leave_the_callers_alone(
     assert engine._preparer is not None
     assert engine._preparer.pool.submit(torch.get_num_threads).result() == 1
     assert torch.get_num_threads() == before
+    fresh: list[int] = []  # a thread that starts torch later (the inference thread may)
+    thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    assert fresh == [before]

@@ -25,14 +25,18 @@ from .rows import Row, padded, prompt_for
 Joining = list[tuple[object, TranscribeRequest, Any]]  # (handle, request, should_stop)
 
 
-def one_thread() -> None:
+def one_thread(started: threading.Barrier) -> None:
     """A preparer thread runs torch (the log-mel's STFT) on one core: with torch's default,
     each thread brings its own OpenMP team, and on a small CPU the teams fight the inference
     thread's (measured on 2 cores: a decode step of 8 rows took 3.7 ms instead of 0.9 ms).
-    The setting is this thread's own; the inference thread keeps its threads."""
+    torch keeps the count last set as the default of every thread that starts torch later,
+    so this thread takes its own default first, then sets its own count; the caller puts
+    the default back once every preparer thread has started (`Preparer.__init__`)."""
     import torch
 
+    torch.get_num_threads()  # this thread's torch threads start now, at the default
     torch.set_num_threads(1)
+    started.wait()
 
 
 class Pending:
@@ -56,11 +60,20 @@ class Preparer:
     def __init__(
         self, sdk: Any, spec: Callable[[TranscribeRequest, Any], RowSpec], workers: int
     ) -> None:
+        import torch
+
+        workers = max(1, workers)
         self.sdk = sdk
         self.spec = spec
+        default = torch.get_num_threads()
+        started = threading.Barrier(workers + 1)
         self.pool = ThreadPoolExecutor(
-            max(1, workers), thread_name_prefix="qwen-prepare", initializer=one_thread
+            workers, "qwen-prepare", initializer=one_thread, initargs=(started,)
         )
+        for _ in range(workers):  # every thread starts now (one task each)
+            self.pool.submit(lambda: None)
+        started.wait(timeout=60)
+        torch.set_num_threads(default)  # the default of threads that start torch later
         self.local = threading.local()
 
     def __call__(self, joining: Joining) -> Pending:
