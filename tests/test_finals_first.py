@@ -270,3 +270,68 @@ async def test_a_take_waits_for_no_one_when_nothing_arrives() -> None:
         admission.release()
     finally:
         await asyncio.to_thread(sched.stop)
+
+
+async def test_a_loop_with_rows_in_flight_never_waits_for_arrivals() -> None:
+    """(Review of issue 50) the gather holds a take only while no row is in flight: with a
+    row decoding, an upload that arrives while another is still being decoded joins at
+    the next step, not `gather` seconds later."""
+    sched = PriorityScheduler(max_queue=8, max_batch=SLOTS, gather=60.0)
+    sched.start()
+    bench = Bench(sched, Stepping())
+    try:
+        first = bench.upload("a")  # decodes until released
+        await until(lambda: "a" in bench.engine.running())
+        admission = contextvars.copy_context().run(sched.admit)  # an upload decoding
+        second = bench.upload("b", steps=2)
+        assert await asyncio.wait_for(second, 20) == "b"  # joined and done, "a" running
+        assert "a" in bench.engine.running() and sched.gathers == 0
+        bench.engine.release("a")
+        assert await asyncio.wait_for(first, 20) == "a"
+        admission.release()
+    finally:
+        bench.engine.release("")
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_a_job_cancelled_while_its_take_gathers_never_decodes() -> None:
+    """(Review of issue 50) a job taken into a gathering take is running from then on: its
+    caller leaving during the gather makes its row leave at once, not decode on."""
+    sched = PriorityScheduler(max_queue=8, max_batch=SLOTS, gather=60.0)
+    sched.start()
+    bench = Bench(sched, Stepping())
+    try:
+        admission = contextvars.copy_context().run(sched.admit)  # holds the first take
+        first = bench.upload("x")  # decodes until released
+        second = bench.upload("a")  # would too
+        await until(lambda: sched.depth == 0 and sched.gathers > 0)  # both taken, waiting
+        second.cancel()
+        admission.release()  # the gather ends
+        await until(lambda: "x" in bench.engine.running())
+        await bench.steps(20)
+        assert "a" not in bench.engine.running()
+        bench.engine.release("x")
+        assert await asyncio.wait_for(first, 20) == "x"
+    finally:
+        bench.engine.release("")
+        await asyncio.to_thread(sched.stop)
+
+
+async def test_a_partial_displaced_during_shutdown_is_answered_not_queued_again() -> None:
+    """(Review of issue 50) once the queue is drained for shutdown, a partial's row that
+    leaves for a final is answered `shutting_down` instead of waiting again in a queue no
+    worker will take from."""
+    from qwen3_asr_server.errors import UnavailableError
+    from qwen3_asr_server.runtime.jobs import Job
+
+    sched = PriorityScheduler(max_queue=8, max_batch=SLOTS)
+    sched.start()
+    await asyncio.to_thread(sched.stop)
+    loop = asyncio.get_running_loop()
+    job: Job[str] = Job(PARTIAL, 1, never, loop.create_future(), loop, state="running")
+    sched._running += 1
+    sched._row_done(job, None, RuntimeError("its row left for a final"), True)
+    assert sched.depth == 0
+    with pytest.raises(UnavailableError) as raised:
+        await asyncio.wait_for(job.future, 5)
+    assert raised.value.code == "shutting_down"

@@ -112,15 +112,11 @@ class PriorityScheduler:
         return self._running > 0
 
     def admit(self) -> Admission:
-        """Admission control, checked once when new work first asks for the queue (an
-        upload, before it is decoded): QueueFullError (503) while the waiting jobs plus the
-        admitted work that has not queued a job yet reach `max_queue` (so a burst of uploads
-        still decoding cannot all pass an empty queue). Admitted work submits its jobs with
-        `admitted=True` and is never refused later; its own in-flight window bounds it.
-
-        The admission belongs to the calling task's context: the first admitted job
-        submitted from it (or from tasks it starts) marks it arrived; `release()` (the
-        request's end) does too, if no job ever came."""
+        """Admission control, once when new work (an upload, before it is decoded) first
+        asks: QueueFullError (503) while waiting jobs plus admitted work not queued yet
+        reach `max_queue`. Admitted work submits with `admitted=True`, never refused later.
+        The admission is the calling task's context's: its first admitted job (or the
+        request's end, `release()`) marks it arrived."""
         with self._cond:
             if self._stopping or not self._threads:
                 raise UnavailableError("The server is shutting down.", code="shutting_down")
@@ -159,15 +155,11 @@ class PriorityScheduler:
     ) -> T:
         """Run `fn` on the inference thread and return its result.
 
-        With `batch`, the worker may instead run this job inside one `run_many` call with
-        other waiting jobs of the same key and priority (up to `max_batch`).
-
-        `admitted`: the job belongs to work that already passed `admit()` (the next segment
-        of an upload, a stream's final): it is queued whatever the depth. Otherwise it
-        raises QueueFullError (503) when `max_queue` jobs are waiting. Raises
-        RequestTimeoutError (504) when `timeout` seconds pass first. Cancelling the awaiting
-        task cancels the job.
-        """
+        With `batch`, the worker may run it in one `run_many` call with waiting jobs of the
+        same key and priority (up to `max_batch`). `admitted` (work past `admit()`): queued
+        whatever the depth; otherwise QueueFullError (503) at `max_queue` waiting jobs.
+        RequestTimeoutError (504) after `timeout` s. Cancelling the awaiting task cancels
+        the job."""
         loop = asyncio.get_running_loop()
         job: Job[T] = Job(priority, next(self._seq), fn, loop.create_future(), loop, batch=batch)
         with self._cond:
@@ -261,35 +253,44 @@ class PriorityScheduler:
         """Waiting jobs that join a step loop of `key` in its `free` slots (`given` already
         to its first job), and the finals of `key` left waiting for a slot. While streams
         are live, `reserve(slots)` slots are for finals only. While uploads are arriving, a
-        take that got rows waits up to `gather` seconds for more: one prefill, not several."""
+        take into an idle loop (no row in flight: none is held up) that got rows waits up to
+        `gather` seconds for more: one prefill, not several."""
         with self._cond:
             if self._stopping:
                 return [], 0
             keep = reserve(slots) if self.realtime_recent() else 0
             room, deadline, waits = free - given, time.monotonic() + self.gather, self.gathers
-            taken = self._queue.joiners(key, room, time.monotonic(), keep)
-            while (given or taken) and room - len(taken) > keep and self._arriving:
+            taken = self._running_now(self._queue.joiners(key, room, time.monotonic(), keep))
+            idle = free == slots
+            while idle and (given or taken) and room - len(taken) > keep and self._arriving:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     break
                 self.gathers += 1
                 self._cond.wait(left)
-                taken += self._queue.joiners(key, room - len(taken), time.monotonic(), keep)
-            for job in taken:
-                job.state = "running"
-            self._running += len(taken)
+                more = self._queue.joiners(key, room - len(taken), time.monotonic(), keep)
+                taken += self._running_now(more)
             if self.gathers > waits and self._queue:
                 self._cond.notify()  # (another worker may have missed its wake-up meanwhile)
             return taken, self._queue.finals(key) if len(taken) == room else 0
+
+    def _running_now(self, jobs: list[Job[Any]]) -> list[Job[Any]]:
+        """Jobs just taken out of the queue: running (a caller who leaves now is seen)."""
+        for job in jobs:
+            job.state = "running"
+        self._running += len(jobs)
+        return jobs
 
     def _row_done(self, job: Job[Any], result: Any, error: Exception | None, again: bool) -> None:
         """`again`: a partial's row left for a final; its job waits again, in its old place
         (its request built anew when it joins), unless its caller has gone meanwhile."""
         with self._cond:
-            if again and job.state == "running":
+            if again and job.state == "running" and not self._stopping:
                 self._running -= 1
                 self._queue.requeue(job)
                 return self._cond.notify()
+        if again:  # not waiting again: shutting down (or its caller has gone: dropped)
+            error = UnavailableError("The server is shutting down.", code="shutting_down")
         self._finish(job, result, error)
         with self._cond:
             self._running -= 1

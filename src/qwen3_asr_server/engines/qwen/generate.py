@@ -11,7 +11,7 @@ from ...audio.pcm import SAMPLE_RATE
 from ...text import language_name
 from ..base import JobCancelledError, ShouldStop, TranscribeRequest
 from .guard import GenerationGuard, RowSpec
-from .rows import context, padded
+from .rows import PREFILL_SAMPLES, context, padded
 from .tokens import RowRecord
 
 
@@ -51,9 +51,6 @@ def duration_groups(lengths: list[int]) -> list[list[int]]:
                 continue
         groups.append([i])
     return groups
-
-
-PREFILL_SAMPLES = 256 * SAMPLE_RATE  # padded audio per prefill: bounds its activations
 
 
 def prefill_groups(lengths: list[int]) -> list[list[int]]:

@@ -29,6 +29,7 @@ from .steps import BUCKETS, Cache, CapturedStep, Shape, Stepper, bucket, kv_buck
 from .tokens import RowRecord
 
 PAD_TO_SAMPLES = SAMPLE_RATE // 2  # shorter clips are zero-padded to 0.5 s
+PREFILL_SAMPLES = 256 * SAMPLE_RATE  # padded audio per prefill: bounds its activations
 
 
 @dataclass
@@ -100,7 +101,8 @@ class Decoder:
                         self.stepper.graphs[size, kv] = step
 
     def warm(self, seconds: tuple[int, ...] = (2, 10, 30)) -> None:
-        """Prefill 1, 2, 4 ... rows of silence of each length (nothing is kept), so that
+        """Prefill 1, 2, 4 ... rows of silence of each length (nothing is kept; at most
+        PREFILL_SAMPLES at once, as serving does), so that
         no caller pays for the first call of a shape: on CUDA the encoder's chunk and
         window counts and the prompt widths come in buckets, and these cover them."""
         import torch
@@ -110,6 +112,8 @@ class Decoder:
         with torch.inference_mode():
             for rows in (b for b in BUCKETS if b <= self.slots):
                 for length in seconds:
+                    if rows * length * SAMPLE_RATE > PREFILL_SAMPLES:
+                        continue  # never one prefill (`prefill_groups` keeps under it)
                     audio = np.zeros(length * SAMPLE_RATE, dtype=np.float32)
                     inputs = self.sdk.processor(
                         text=[prompt] * rows, audio=[audio] * rows, return_tensors="pt"
