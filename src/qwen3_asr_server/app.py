@@ -49,6 +49,7 @@ from .outputs.translate import Translator
 from .runtime.lifecycle import ModelManager
 from .runtime.metrics import Metrics
 from .runtime.scheduler import PriorityScheduler
+from .runtime.voices import Voices
 from .streaming.registry import SessionRegistry
 from .transcription.service import Transcriber
 
@@ -74,6 +75,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         with_model=settings.preload and settings.diarize_preload,
     )
     metrics = Metrics()
+    # live speakers: a child of their own (one torch thread), apart from the uploads' diarizer
+    voices_spec = DiarizerSpec(
+        settings.diarize_features, 1, (settings.log_level, settings.log_json), voices=True
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -99,6 +104,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         vad = SileroModel()
         sessions = SessionRegistry(settings.ws_max_sessions)
         budget = AudioBudget(settings.max_pending_audio_seconds)
+        voices = Voices(voices_spec, idle_timeout=settings.idle_timeout)
         app.state.ctx = AppContext(
             settings=settings,
             manager=manager,
@@ -118,6 +124,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             started_at=time.monotonic(),
             started_wall=time.time(),
             client_secrets=ClientSecretStore(),
+            voices=voices,
         )
 
         def state() -> dict[str, Any]:
@@ -148,6 +155,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         metrics.watch(state)
         gc.callbacks.append(metrics.gc_callback)
         try:
+            await voices.start()
             await manager.start(preload=settings.preload)  # after the download, if any
             logger.info("serving {} ({} engine) on {}", chosen.model_id, chosen.name, chosen.device)
             yield
@@ -157,6 +165,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 await sessions.close_all(settings.shutdown_timeout)
                 await asyncio.to_thread(scheduler.stop)
                 await manager.stop()
+                await voices.stop()
                 vad.close()
             finally:  # the callback must not outlive the app, whatever failed above
                 gc.callbacks.remove(metrics.gc_callback)

@@ -15,6 +15,7 @@ from ..outputs.translate import Translator
 from ..runtime.lifecycle import ModelManager
 from ..runtime.metrics import Metrics
 from ..runtime.scheduler import PriorityScheduler
+from ..runtime.voices import Voices
 from ..streaming.registry import SessionRegistry
 from ..transcription.service import Transcriber
 from .secret_store import PREFIX, ClientSecretStore
@@ -36,6 +37,7 @@ class AppContext:
     started_at: float  # time.monotonic() at start
     started_wall: float  # time.time() at start
     client_secrets: ClientSecretStore  # ek_ keys for /v1/realtime (api/client_secrets.py)
+    voices: Voices  # live speakers' fingerprints, one child for every stream (runtime/voices.py)
 
 
 def get_ctx(request: Request) -> AppContext:

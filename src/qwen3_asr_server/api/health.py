@@ -93,6 +93,8 @@ async def health(ctx: AppContext = Depends(get_ctx)) -> dict[str, Any]:
         **_fast_info(status, ctx.manager.loaded),
         **_backend_info(status),
         **_diarizer_info(status),
+        # live speakers' child (one for every stream): why finals went out without a speaker
+        "live_speakers": dataclasses.asdict(ctx.voices.status()),
         "queue_depth": ctx.scheduler.depth,
         "busy": ctx.scheduler.busy,
         "streaming_sessions": len(ctx.sessions),

