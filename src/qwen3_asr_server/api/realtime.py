@@ -14,6 +14,7 @@ import base64
 import binascii
 import uuid
 from collections.abc import MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -64,7 +65,8 @@ async def realtime(websocket: WebSocket) -> None:
         return
     # The same stream config as /ws/transcribe (WS_VAD_THRESHOLD, WS_END_SILENCE_MS, ...):
     # what session.created describes is what the session runs with.
-    config = base_config(ctx, settings.asr_use_server_vad, None)
+    # live speakers label an item with its main speaker: an item is never split
+    config = replace(base_config(ctx, settings.asr_use_server_vad, None), split_speakers=False)
     state = RealtimeState("sess_" + uuid.uuid4().hex[:20], config, settings.ws_max_session_s)
     outbox = Outbox(websocket, settings.ws_outbox_size)
 

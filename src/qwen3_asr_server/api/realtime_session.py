@@ -24,6 +24,7 @@ from ..errors import ServiceError
 from ..streaming.ingest import PcmIngest
 from ..streaming.session import StreamConfig
 from .deps import AppContext
+from .live_speakers import check_available
 from .ws_messages import LOGPROBS_INCLUDE, MessageError, SessionConfig, TurnDetection
 
 DEFAULT_RATE = 24000  # pcm16 at 24 kHz unless the session says otherwise
@@ -92,6 +93,15 @@ class RealtimeState:
                 echo.delay = transcription.delay
                 if transcription.delay is not None:
                     changes["end_silence_ms"] = DELAY_SILENCE_MS[transcription.delay]
+            if transcription.given("diarize"):
+                changes["diarize"] = bool(transcription.diarize)
+                if transcription.diarize:
+                    try:
+                        check_available()
+                    except ServiceError as exc:
+                        raise MessageError(
+                            "invalid_value", exc.message, f"{path}.diarize"
+                        ) from None
         try:
             logprobs = LOGPROBS_INCLUDE in echo.include
             changes["decoding"] = ctx.transcriber.decoding(**echo.wishes, logprobs=logprobs)
@@ -145,6 +155,8 @@ class RealtimeState:
                 transcription[name] = echo.wishes[name]
         if echo.delay is not None:
             transcription["delay"] = echo.delay
+        if cfg.diarize:
+            transcription["diarize"] = True
         turn: dict[str, Any] | None = None
         if cfg.use_vad:
             turn = {"type": echo.turn_type}

@@ -151,4 +151,6 @@ def completed(event: Final, logprobs: bool) -> dict[str, Any]:
         body["languages"] = [{"code": event.language}]
     if logprobs:
         body["logprobs"] = logprobs_body(list(event.logprobs or ()))
+    if event.diarized:  # this server's extension (`"diarize": true` in the session)
+        body["speaker"] = event.speaker
     return body

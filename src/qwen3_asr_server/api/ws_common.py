@@ -157,7 +157,8 @@ def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSess
 
     metrics = ctx.metrics
     observe = metrics.final_latency.observe
-    session = StreamSession(config, transcribe, emit, ctx.vad, observe, metrics.stream_lag.observe)
+    lag = metrics.stream_lag.observe
+    session = StreamSession(config, transcribe, emit, ctx.vad, observe, lag, ctx.voices)
     return session
 
 

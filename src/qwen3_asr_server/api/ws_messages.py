@@ -61,53 +61,6 @@ class Message(BaseModel):
         return name in self.model_fields_set
 
 
-# --- /ws/transcribe text actions -------------------------------------------------------
-
-
-class FlushAction(Message):
-    action: Literal["flush"]
-
-
-class ResetAction(Message):
-    action: Literal["reset"]
-
-
-class ConfigAction(Message):
-    action: Literal["config"]
-    language: str | None = None
-    """An ISO code, a language name, `auto`; null or "" mean auto."""
-    use_server_vad: bool = True
-    """Applied only when sent. A bool, or the seed's bool-ish strings ("true"/"false",
-    "1"/"0", "yes"/"no", ...)."""
-    prompt: str | None = None
-    """Context for the decoder (null or "" clear it)."""
-    keywords: list[str] | None = None
-    """Words or phrases to bias recognition towards (null or [] clear them)."""
-
-
-TranscribeAction = FlushAction | ResetAction | ConfigAction
-ACTIONS: Mapping[str, type[TranscribeAction]] = MappingProxyType(
-    {"flush": FlushAction, "reset": ResetAction, "config": ConfigAction}
-)
-
-
-def parse_action(text: str) -> TranscribeAction:
-    """A /ws/transcribe text message -> its action model, or MessageError."""
-    data = load_object(text)
-    check_strings(data)
-    name = data.get("action")
-    if not isinstance(name, str):
-        raise MessageError(
-            "invalid_event",
-            'Text messages need a string "action" (flush, reset, config).',
-            "action",
-        )
-    model = ACTIONS.get(name)
-    if model is None:
-        raise MessageError("unknown_event", f"Unknown action {name!r}.", "action")
-    return validate(model, data)
-
-
 # --- /v1/realtime client events --------------------------------------------------------
 
 
@@ -149,6 +102,8 @@ class TranscriptionSettings(Message):
     """Candidate languages (ISO codes) for detection."""
     delay: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
     """How long the session waits for more speech before a final (end-of-speech silence)."""
+    diarize: bool | None = None
+    """This server's extension: label each completed transcription with `speaker`."""
 
 
 class TurnDetection(Message):

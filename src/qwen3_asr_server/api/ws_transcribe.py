@@ -12,7 +12,7 @@ or reset answers once per channel. Without `channels` the protocol is the seed's
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -22,11 +22,20 @@ from ..audio.channels import MAX_CHANNELS
 from ..engines.base import TranscribeRequest
 from ..errors import ServiceError
 from ..streaming.channels import ChannelGroup
-from ..streaming.events import Emit, Final, FinalFailed, Partial, StreamEvent
+from ..streaming.events import Emit, StreamEvent
 from ..streaming.ingest import Encoding, PcmIngest
 from ..streaming.session import StreamSession
 from .deps import AppContext
 from .error_table import http_status
+from .live_speakers import check_available, speakers_config, speakers_sent
+from .seed_wire import (
+    BUFFER_RESET,
+    empty_final,
+    error,
+    tagged,
+    to_seed,
+)
+from .ws_actions import FlushAction, ResetAction, parse_action
 from .ws_common import (
     Outbox,
     base_config,
@@ -36,7 +45,7 @@ from .ws_common import (
     serve_session,
     websocket_api_key_ok,
 )
-from .ws_messages import FlushAction, MessageError, ResetAction, parse_action
+from .ws_messages import MessageError
 
 router = APIRouter()
 SAMPLE_RATES = (8000, 16000)
@@ -82,75 +91,6 @@ def parse_bool(value: str | None, default: bool) -> bool:
     if value is None or value == "":
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-ANSWERS = ("flush", "reset")  # a final that answers one of these is sent even when empty
-
-
-def error(code: str, message: str, status: int) -> dict[str, Any]:
-    return {"code": code, "message": message, "statusCode": status}
-
-
-FINAL_MARK = {"is_partial": False, "is_final": True}
-BUFFER_RESET = {"status": "buffer_reset"}
-
-
-def answered(event: Final | FinalFailed) -> list[str]:
-    """The flush/reset actions a final (or its failure) answers, in the order they came:
-    the one that committed it, then those sent while it was pending."""
-    return ([event.reason] if event.reason in ANSWERS else []) + list(event.answers)
-
-
-def answer_messages(event: Final | FinalFailed) -> list[dict[str, Any]]:
-    """The messages a final (or its failure, after its error) answers with, in the order the
-    actions came: a final for each flush (the first final carries the text, later ones are
-    empty) and a buffer_reset for each reset, after the final if one is sent. A reset gets a
-    final only for the audio it committed itself, or to carry text; never an extra empty
-    one (the old server's clients read one reply to a reset). A final with text that
-    answers nothing is still sent; an empty one that answers nothing is not."""
-    actions: list[str | None] = list(answered(event))
-    text = event.text if isinstance(event, Final) else ""
-    if not actions and text:
-        actions = [None]
-    messages: list[dict[str, Any]] = []
-    sent = False  # the final carrying the text went out
-    for i, action in enumerate(actions):
-        own = i == 0 and event.reason == "reset"  # the reset committed this audio itself
-        if action != "reset" or own or (text and not sent):
-            messages.append({"text": "" if sent else text, **FINAL_MARK})
-            sent = True
-        if action == "reset":
-            messages.append(BUFFER_RESET)
-    return messages
-
-
-def final_error(event: FinalFailed) -> dict[str, Any]:
-    """A final that failed, in the seed's error shape, with the failure's own status:
-    503 (no backend, model unavailable, shutting down) and 504 (timeout) are retryable."""
-    status = http_status(event.error)
-    retryable = status in (503, 504)
-    code = {503: "TRANSCRIPTION_UNAVAILABLE", 504: "TRANSCRIPTION_TIMEOUT"}
-    body = error(code.get(status, "TRANSCRIPTION_FAILED"), event.error.message, status)
-    body["retryable"] = retryable
-    if retryable and event.error.retry_after is not None:
-        body["retry_after"] = event.error.retry_after
-    return body
-
-
-def to_seed(event: StreamEvent) -> list[tuple[dict[str, Any], bool]]:
-    """Stream event -> the seed's messages, each with whether it may be dropped for a slow
-    reader (partials only). Turn events have no message in this protocol."""
-    match event:
-        case Partial():
-            message = {"text": event.text, "is_partial": True, "is_final": False}
-            return [({**message, "stable_text": event.stable_text}, True)]
-        case Final():
-            return [(message, False) for message in answer_messages(event)]
-        case FinalFailed():
-            # then what it answers (an empty final per flush): a client waits for its answer
-            answers = answer_messages(event)
-            return [(final_error(event), False), *((m, False) for m in answers)]
-    return []
 
 
 async def refuse(websocket: WebSocket, body: dict[str, Any], close_code: int) -> None:
@@ -202,6 +142,13 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         await refuse(websocket, decoding_error(exc), 1003)
         return
     use_vad = parse_bool(query.get("use_server_vad"), settings.asr_use_server_vad)
+    diarize = parse_bool(query.get("diarize"), False)
+    if diarize:
+        try:
+            check_available()
+        except ServiceError as exc:
+            await refuse(websocket, error("DIARIZATION_UNAVAILABLE", exc.message, 501), 1003)
+            return
     outbox = Outbox(websocket, settings.ws_outbox_size)
 
     def emitter(channel: int | None) -> Emit:
@@ -211,7 +158,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
 
         return emit
 
-    config = base_config(ctx, use_vad, decoding)
+    config = replace(base_config(ctx, use_vad, decoding), diarize=diarize)
     lanes = [
         new_session(ctx, config, emitter(c if channels > 1 else None)) for c in range(channels)
     ]
@@ -229,7 +176,11 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         "window_max_s": settings.ws_window_max_s,
         "use_server_vad": use_vad,
     }
-    await outbox.put({**connected, "channels": channels} if "channels" in query else connected)
+    if "channels" in query:
+        connected["channels"] = channels
+    if "diarize" in query:
+        connected["diarize"] = diarize
+    await outbox.put(connected)
     ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding, channels)
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
@@ -252,11 +203,6 @@ async def ws_transcribe(websocket: WebSocket) -> None:
 
     idle = error("IDLE_TIMEOUT", "No audio or message; closing.", 408)
     await serve_session(ctx, websocket, session, outbox, on_message, idle, ingest)
-
-
-def tagged(message: dict[str, Any], channel: int | None) -> dict[str, Any]:
-    """A message about one channel of a multichannel stream carries its number."""
-    return message if channel is None else {**message, "channel": channel}
 
 
 async def handle_action(
@@ -289,7 +235,7 @@ async def handle_action(
             channel = c if len(lanes) > 1 else None
             item = await (lane.flush() if name == "flush" else lane.reset())
             if item is None and not lane.answer_pending(name):
-                nothing = BUFFER_RESET if name == "reset" else {"text": "", **FINAL_MARK}
+                nothing = BUFFER_RESET if name == "reset" else empty_final(lane)
                 await outbox.put(tagged(nothing, channel))
     else:
         changes: dict[str, Any] = {}
@@ -303,8 +249,16 @@ async def handle_action(
             return
         if action.given("use_server_vad"):
             changes["use_vad"] = action.use_server_vad
+        try:
+            known = await speakers_config(action, lanes[0].config.diarize, changes)
+        except ServiceError as exc:
+            code = "DIARIZATION_UNAVAILABLE" if exc.code == "not_configured" else "INVALID_VALUE"
+            await outbox.put(error(code, exc.message, http_status(exc)))
+            return
         for lane in lanes:
             lane.configure(**changes)
+            if known is not None:
+                lane.know(known)
         if action.given("language"):
             echo.language = action.language or "auto"
         await outbox.put(
@@ -314,5 +268,6 @@ async def handle_action(
                 "use_server_vad": lanes[0].config.use_vad,
                 "prompt": lanes[0].config.decoding.prompt,
                 "keywords": list(lanes[0].config.decoding.keywords),
+                **({"diarize": lanes[0].config.diarize} if speakers_sent(action) else {}),
             }
         )

@@ -33,6 +33,12 @@ class StreamConfig:
     # Server VAD only: after this much audio with no speech (and no open utterance), the
     # session commits an empty item (Realtime's input_audio_buffer.timeout_triggered).
     idle_timeout_ms: int | None = None
+    # Live speakers (issue 51): label finals with who speaks them; `split_speakers`: a final
+    # whose speaker changes becomes one per speaker (Realtime items keep one, labelled with
+    # its main speaker); a final waits at most `speaker_wait_s` for its speaker.
+    diarize: bool = False
+    split_speakers: bool = True
+    speaker_wait_s: float = 0.5
 
     @property
     def language(self) -> str | None:

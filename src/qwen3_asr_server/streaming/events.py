@@ -67,7 +67,10 @@ class Final:
     pending, which it answers; `duration`: the client's audio in it, in seconds, without
     the padding the server added. `language`: the detected (or forced) ISO code;
     `logprobs` (when the session's decoding asked) and `usage` (tokens) when the engine
-    gave them."""
+    gave them. `start`/`end`: where its audio lies in the stream, in seconds since the
+    stream began. `speaker` (with `diarized`, the session asked for speakers): who speaks
+    it, None when that could not be said in time. A final split at a change of speaker
+    is several Final events of one utterance, in order; only the last answers."""
 
     utterance: int
     text: str
@@ -77,6 +80,10 @@ class Final:
     language: str | None = None
     logprobs: tuple[TokenLogprob, ...] | None = None
     usage: TokenUsage | None = None
+    start: float = 0.0
+    end: float = 0.0
+    speaker: str | None = None
+    diarized: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class FinalFailed:
     answers: tuple[str, ...]
     duration: float
     error: ServiceError
+    start: float = 0.0  # where its audio lies in the stream (seconds)
+    end: float = 0.0
 
 
 StreamEvent = SpeechStarted | SpeechStopped | TimedOut | Committed | Partial | Final | FinalFailed

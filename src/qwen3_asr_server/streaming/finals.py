@@ -22,7 +22,9 @@ from ..audio.pcm import SAMPLE_RATE
 from ..errors import InferenceError, ServiceError
 from .config import Heard
 from .events import Emit, Final, FinalFailed
+from .speakers import Prints, SpeakerLabels
 from .utterance import Utterance
+from .voices import Part
 
 
 @dataclass
@@ -36,6 +38,20 @@ class PendingFinal:
     committed: float  # time.monotonic() of the commit
     seconds: float  # the client's audio in it, without padding (Realtime usage)
     answers: list[str] = field(default_factory=list)  # flushes this final answers
+    start: int = 0  # where its audio starts in the stream (samples at 16 kHz)
+    prints: asyncio.Task[Prints] | None = None  # its voice fingerprints (live speakers)
+
+    @property
+    def samples(self) -> int:
+        """The client's audio in it (samples), without padding."""
+        return min(len(self.audio), round(self.seconds * SAMPLE_RATE))
+
+    def times(self, first: int = 0, last: int | None = None) -> tuple[float, float]:
+        """Seconds since the stream began of its samples [first, last) (within the
+        client's audio)."""
+        last = self.samples if last is None else min(last, self.samples)
+        first = min(first, last)
+        return (self.start + first) / SAMPLE_RATE, (self.start + last) / SAMPLE_RATE
 
 
 class Finals:
@@ -59,9 +75,12 @@ class Finals:
         self.room = asyncio.Event()
         self.room.set()
         self._bounded = True  # False once the client has left: no one to hold back
+        self.labels: SpeakerLabels | None = None  # live speakers, when the session asks
         self._task = asyncio.create_task(self._run())
 
     async def put(self, item: PendingFinal) -> None:
+        if self.labels is not None and item.prints is None and item.samples:
+            item.prints = self.labels.fingerprint(item.audio[: item.samples])
         self.pending += len(item.audio)
         if self._bounded and self.pending > self._bound():
             self.room.clear()
@@ -119,7 +138,12 @@ class Finals:
         audio = np.concatenate([item.audio for item in group])
         answers = [answer for item in group for answer in item.answers]
         seconds = sum(item.seconds for item in group)
-        return PendingFinal(first.utt, audio, reason, None, first.committed, seconds, answers)
+        for item in group:  # no one reads their speakers: the joined final has none
+            if item.prints is not None:
+                item.prints.cancel()
+        return PendingFinal(
+            first.utt, audio, reason, None, first.committed, seconds, answers, first.start
+        )
 
     def abandon(self) -> tuple[int, float]:
         """Stop now (a shutdown's time is up): the finals not emitted, and the seconds of the
@@ -127,8 +151,9 @@ class Finals:
         items = [*([self._running] if self._running is not None else []), *self._items]
         self._items.clear()
         for item in items:
-            if item.early is not None:
-                item.early.cancel()
+            for task in (item.early, item.prints):
+                if task is not None:
+                    task.cancel()
         self._task.cancel()
         self.room.set()
         return len(items), sum(item.seconds for item in items)
@@ -180,6 +205,8 @@ class Finals:
                     answers=tuple(item.answers),
                     duration=item.seconds,
                     error=error,
+                    start=item.times()[0],
+                    end=item.times()[1],
                 )
             )
             return
@@ -188,5 +215,53 @@ class Finals:
         if self.last is item:
             self.last = None  # a flush from now on is answered by its own final
         answers = tuple(item.answers)
+        start, end = item.times()
         final = Final(utt.id, heard.text, item.reason, answers, item.seconds, heard.language)
-        await self._emit(replace(final, logprobs=heard.logprobs, usage=heard.usage))
+        final = replace(final, logprobs=heard.logprobs, usage=heard.usage, start=start, end=end)
+        labels = self.labels
+        if labels is None or item.prints is None:
+            await self._emit(replace(final, diarized=labels is not None))
+            return
+        parts = await labels.parts(item.prints, item.samples)
+        if not parts or len(parts) == 1 or not labels.split:
+            await self._emit(replace(final, diarized=True, speaker=main_speaker(parts)))
+            return
+        for event in await self._split(item, final, labels.cuts(parts, item.audio)):
+            await self._emit(event)
+
+    async def _split(self, item: PendingFinal, final: Final, parts: list[Part]) -> list[Final]:
+        """A final whose speaker changes: one final per speaker's part, each transcribed on
+        its own (its audio, times and speaker); only the last answers flushes. If a part's
+        transcription fails, the whole final goes out as one, with its main speaker."""
+        try:
+            heard = await asyncio.gather(*(self._text(item.audio[p.start : p.end]) for p in parts))
+        except Exception as exc:
+            logger.opt(exception=exc).warning("a speaker's part of a final failed")
+            return [replace(final, diarized=True, speaker=main_speaker(parts))]
+        events = []
+        for i, (part, said) in enumerate(zip(parts, heard, strict=True)):
+            start, end = item.times(part.start, part.end)
+            seconds = (min(part.end, item.samples) - min(part.start, item.samples)) / SAMPLE_RATE
+            events.append(
+                replace(
+                    final,
+                    text=said.text,
+                    answers=final.answers if i == len(parts) - 1 else (),
+                    duration=seconds,
+                    language=said.language or final.language,
+                    logprobs=said.logprobs,
+                    usage=said.usage,
+                    start=start,
+                    end=end,
+                    speaker=part.speaker,
+                    diarized=True,
+                )
+            )
+        return events
+
+
+def main_speaker(parts: list[Part] | None) -> str | None:
+    """Who speaks most of a final (None: nobody could be said)."""
+    if not parts:
+        return None
+    return max(parts, key=lambda p: p.end - p.start).speaker

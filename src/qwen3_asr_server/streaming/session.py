@@ -45,6 +45,7 @@ from .agreement import MIN_WORD_PROB, Draft, LocalAgreement, held_back
 from .config import AudioSource, Heard, StreamConfig, Transcribe
 from .events import Committed, Emit, Partial, SpeechStarted, SpeechStopped, TimedOut
 from .finals import Finals, PendingFinal
+from .speakers import KnownVoice, Prints, VoiceSource, follow
 from .turns import (
     EarlyFinalPoint,
     IdleTimeout,
@@ -74,8 +75,10 @@ class StreamSession:
         vad: SileroModel | None,
         observe_final: Callable[[float], None] | None = None,
         observe_lag: Callable[[float], None] | None = None,
+        voices: VoiceSource | None = None,
     ) -> None:
         self.config = config
+        self._voices = voices  # the shared voice fingerprints (live speakers)
         self._observe_lag = observe_lag  # audio received -> through voice detection (metrics)
         self._feeding_since: float | None = None  # monotonic arrival of the audio in feed()
         self._transcribe = transcribe
@@ -89,9 +92,11 @@ class StreamSession:
         # transcription starts; if the silence holds, that result is the final.
         self._early: asyncio.Task[Heard] | None = None
         self._early_len = 0
+        self._early_prints: asyncio.Task[Prints] | None = None  # its voice fingerprints
         self._finals = Finals(
             self._final_text, emit, lambda: self.config.max_pending_s * SAMPLE_RATE, observe_final
         )
+        self._speakers()
         self.samples_in = 0  # total audio received, in samples
         self._closing: asyncio.Future[None] | None = None
         self.closed = False
@@ -102,6 +107,15 @@ class StreamSession:
     def configure(self, **changes: Any) -> None:
         self.config = replace(self.config, **changes)
         self.turns.config = self.config
+        self._speakers()
+
+    def _speakers(self) -> None:
+        self._finals.labels = follow(self._finals.labels, self._voices, self.config)
+
+    def know(self, known: list[KnownVoice]) -> None:
+        """Known speakers by voice (live speakers on)."""
+        if self._finals.labels is not None:
+            self._finals.labels.know(known)
 
     @property
     def pending_seconds(self) -> float:
@@ -200,6 +214,8 @@ class StreamSession:
         self.closed = True
         self._finals.room.set()  # a feed() waiting for room returns (and drops its audio)
         await self._finals.close()
+        if self._finals.labels is not None:
+            self._finals.labels.close()
 
     def abandon(self) -> tuple[int, float]:
         """Stop transcribing now (a shutdown's time is up): the finals not emitted and the
@@ -209,6 +225,8 @@ class StreamSession:
         self._cancel_partial()
         self._cancel_early()
         finals, seconds = self._finals.abandon()
+        if self._finals.labels is not None:
+            self._finals.labels.close()
         if buffered := self.turns.buffered:
             finals, seconds = finals + 1, seconds + buffered / SAMPLE_RATE
         self.turns.clear()
@@ -234,6 +252,8 @@ class StreamSession:
                 self._cancel_partial()  # the final matters more than one more partial
                 self._early_len = utt.length
                 self._early = asyncio.create_task(self._final_text(utt.audio.copy()))
+                if self._finals.labels is not None:  # its speaker, as early
+                    self._early_prints = self._finals.labels.fingerprint(utt.audio.copy())
             case TurnEnded(utt, at_ms):
                 await self._emit(SpeechStopped(utt.id, at_ms))
                 await self._commit("silence", *self.turns.take())
@@ -253,9 +273,10 @@ class StreamSession:
         """Queue the final of `utt` (taken from the detector; `padded` of its samples are
         padding), with `pad_ms` of silence appended so trailing words land."""
         self._cancel_partial()
-        early = None
+        early = prints = None
         if reason == "silence":  # the silence held: the early transcription is the final
             early, self._early = self._early, None
+            prints, self._early_prints = self._early_prints, None
         self._cancel_early()  # any other commit: the early transcription is stale
         if utt is None or (utt.length == 0 and reason != "idle_timeout"):
             return None
@@ -263,7 +284,10 @@ class StreamSession:
         seconds = (len(audio) - min(padded, len(audio))) / SAMPLE_RATE
         if pad_ms:
             audio = np.concatenate([audio, np.zeros(pad_ms * SAMPLE_RATE // 1000, np.float32)])
-        await self._finals.put(PendingFinal(utt, audio, reason, early, time.monotonic(), seconds))
+        now = time.monotonic()
+        item = PendingFinal(utt, audio, reason, early, now, seconds, start=utt.start_sample)
+        item.prints = prints if early is not None else None
+        await self._finals.put(item)
         await self._emit(Committed(utt.id, reason))
         return utt.id
 
@@ -272,6 +296,9 @@ class StreamSession:
         if self._early is not None:
             self._early.cancel()
             self._early = None
+        if self._early_prints is not None:
+            self._early_prints.cancel()
+            self._early_prints = None
 
     def _cancel_partial(self) -> None:
         if self._partial is not None:

