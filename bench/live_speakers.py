@@ -15,8 +15,8 @@ speakers' child. Parts:
   one utterance), 1.2 s of silence after each pair. Finals' `[start, end, speaker]` are the
   hypothesis turns, scored on a 10 ms grid (tests/diar_metrics.py, 0.25 s collar, best
   mapping): accuracy = 1 - confusion; speech time without a labelled final is `missed`.
-  `changes split` counts the joins with a final boundary within 0.75 s, with a different
-  speaker on each side.
+  `changes split` counts the joins with a change of speaker between two finals within
+  0.75 s of them, and shows how far each join's nearest such change lies from it.
 - latency: end of speech -> final, `--repeats` runs of meeting.wav with and without
   diarization, alternating, on the same server. An end of speech is the last loud sample of
   a true turn (meeting.json) that no other turn goes on past, mapped to the wall clock when
@@ -203,15 +203,18 @@ def latencies(run: Run, clip: Clip) -> list[float]:
     return out
 
 
-def split_changes(run: Run, joins: list[float]) -> int:
+def cut_offsets(run: Run, joins: list[float]) -> list[float | None]:
+    """For each join, how far the nearest change of speaker between consecutive finals lies
+    from it (s; None: no change within 3 s)."""
     finals = run.spoken()
-    found = 0
+    changes = [
+        a["end"] for a, b in itertools.pairwise(finals) if a.get("speaker") != b.get("speaker")
+    ]
+    out: list[float | None] = []
     for join in joins:
-        for a, b in itertools.pairwise(finals):
-            if abs(a["end"] - join) <= 0.75 and a.get("speaker") != b.get("speaker"):
-                found += 1
-                break
-    return found
+        near = min(changes, key=lambda c: abs(c - join), default=None)
+        out.append(None if near is None or abs(near - join) > 3.0 else near - join)
+    return out
 
 
 def health(url: str) -> dict[str, Any]:
@@ -257,7 +260,10 @@ def score_line(clip: Clip, run: Run) -> str:
         f"({nulls} speaker null)"
     )
     if clip.joins:
-        line += f", changes split {split_changes(run, clip.joins)}/{len(clip.joins)}"
+        offsets = cut_offsets(run, clip.joins)
+        split = sum(1 for o in offsets if o is not None and abs(o) <= 0.75)
+        shown = ", ".join("none" if o is None else f"{o:+.2f}" for o in offsets)
+        line += f", changes split {split}/{len(clip.joins)} (cut - change: {shown} s)"
     return line + (f"; errors {run.errors}" if run.errors else "")
 
 
