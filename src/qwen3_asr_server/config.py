@@ -216,6 +216,9 @@ class Settings(BaseSettings):
     ws_max_pending_s: float = Field(default=60.0, ge=5, le=600)
     """Audio per streaming session that may wait for its finals. Past it the server stops
     reading that socket until finals catch up (back-pressure; the client's sends block)."""
+    ws_speaker_wait_s: float = Field(default=0.5, gt=0, le=10)
+    """Live speakers (`diarize=true`): how long a final whose text is ready waits for its
+    speaker; past it the final goes out with `"speaker": null` (docs/SPEAKERS.md)."""
     ws_max_sessions: int = Field(default=16, ge=1)
     """Concurrent streaming sessions; a further connection is refused with an error."""
     ws_idle_timeout: float = Field(default=60.0, gt=0)

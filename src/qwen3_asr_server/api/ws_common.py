@@ -178,6 +178,7 @@ def base_config(
         max_utterance_s=s.ws_max_utterance_s,
         flush_silence_ms=s.ws_flush_silence_ms,
         max_pending_s=s.ws_max_pending_s,
+        speaker_wait_s=s.ws_speaker_wait_s,
     )
 
 
