@@ -212,22 +212,31 @@ class Finals:
             return
         seconds = len(item.audio) / SAMPLE_RATE
         logger.debug("final ({}, {:.2f} s): {}", item.reason, seconds, heard.text)
-        if self.last is item:
-            self.last = None  # a flush from now on is answered by its own final
-        answers = tuple(item.answers)
         start, end = item.times()
-        final = Final(utt.id, heard.text, item.reason, answers, item.seconds, heard.language)
+        final = Final(utt.id, heard.text, item.reason, (), item.seconds, heard.language)
         final = replace(final, logprobs=heard.logprobs, usage=heard.usage, start=start, end=end)
         labels = self.labels
-        if labels is None or item.prints is None:
-            await self._emit(replace(final, diarized=labels is not None))
-            return
-        parts = await labels.parts(item.prints, item.samples)
-        if not parts or len(parts) == 1 or not labels.split:
-            await self._emit(replace(final, diarized=True, speaker=main_speaker(parts)))
-            return
-        for event in await self._split(item, final, labels.cuts(parts, item.audio)):
+        events = [replace(final, diarized=labels is not None)]
+        if labels is not None and item.prints is not None:
+            events = await self._speakers(labels, item, final)
+        # Only now is it answered: a flush or reset that came while its speakers were found
+        # waited for it (it is still `last`), and is answered by its last event.
+        if self.last is item:
+            self.last = None  # a flush from now on is answered by its own final
+        events[-1] = replace(events[-1], answers=tuple(item.answers))
+        for event in events:
             await self._emit(event)
+
+    async def _speakers(
+        self, labels: SpeakerLabels, item: PendingFinal, final: Final
+    ) -> list[Final]:
+        """The final labelled with its speaker (None: not known in time), or one final per
+        speaker where the speaker changes inside it (`split`)."""
+        parts = await labels.parts(item.prints, item.samples) if item.prints else None
+        if not parts or len(parts) == 1 or not labels.split:
+            return [replace(final, diarized=True, speaker=main_speaker(parts))]
+        parts = await labels.place(parts, item.audio, item.samples)
+        return await self._split(item, final, parts)
 
     async def _split(self, item: PendingFinal, final: Final, parts: list[Part]) -> list[Final]:
         """A final whose speaker changes: one final per speaker's part, each transcribed on
@@ -239,14 +248,13 @@ class Finals:
             logger.opt(exception=exc).warning("a speaker's part of a final failed")
             return [replace(final, diarized=True, speaker=main_speaker(parts))]
         events = []
-        for i, (part, said) in enumerate(zip(parts, heard, strict=True)):
+        for part, said in zip(parts, heard, strict=True):
             start, end = item.times(part.start, part.end)
             seconds = (min(part.end, item.samples) - min(part.start, item.samples)) / SAMPLE_RATE
             events.append(
                 replace(
                     final,
                     text=said.text,
-                    answers=final.answers if i == len(parts) - 1 else (),
                     duration=seconds,
                     language=said.language or final.language,
                     logprobs=said.logprobs,

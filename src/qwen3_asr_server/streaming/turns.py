@@ -113,7 +113,7 @@ class TurnDetector:
         self.utterance: Utterance | None = None  # the open utterance
         self.silence = 0  # samples of non-speech since the last speech frame
         self._since_partial = 0  # samples of speech since the last partial was started
-        self.pos = 0  # samples consumed by the framing (the end of the last frame)
+        self.pos = 0  # the client's samples consumed by the framing (the last frame's end)
         self._padded = 0  # samples of the open utterance that are padding, not client audio
         self.idle = 0  # samples without speech and without an open utterance (idle timeout)
 
@@ -135,8 +135,9 @@ class TurnDetector:
         if self.utterance is not None:
             self.utterance.add(frame)
             self._padded += FRAME - len(self._leftover)
+        # the stream's clock counts the client's samples only: times stay inside its audio
+        self.pos += len(self._leftover)
         self._leftover = np.zeros(0, dtype=np.float32)
-        self.pos += FRAME
 
     # -- turns ---------------------------------------------------------------------------
     def step(self, frame: np.ndarray, speech: bool) -> list[TurnEvent]:

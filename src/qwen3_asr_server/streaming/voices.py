@@ -91,39 +91,48 @@ class Speakers:
         self, bounds: list[tuple[int, int]], fingerprints: np.ndarray, samples: int
     ) -> list[Part]:
         """The parts of an utterance of `samples` whose windows (`bounds`) have these
-        fingerprints: one part, or two where the speaker changes inside it. No windows (too
-        short): one part, the last speaker's (none yet: an empty list)."""
+        fingerprints: one part, or one per speaker turn where the speaker changes inside it
+        (at window bounds; `speakers.SpeakerLabels` places each change more finely). No
+        windows (too short): one part, the last speaker's (none yet: an empty list)."""
         if not bounds:
             return [Part(0, samples, self.last)] if self.last is not None else []
         weights = np.array([(b - a) / SAMPLE_RATE for a, b in bounds], dtype=np.float32)
         vectors = np.asarray(fingerprints, dtype=np.float32) * weights[:, None]
-        cut = self._change(vectors)
-        if cut is None:
-            return [Part(0, samples, self._assign(vectors.sum(0), float(weights.sum())))]
-        first = self._assign(vectors[:cut].sum(0), float(weights[:cut].sum()))
-        second = self._assign(vectors[cut:].sum(0), float(weights[cut:].sum()))
-        at = bounds[cut][0]
-        if first == second:  # (the second part matched the speaker the first one created)
-            return [Part(0, samples, first)]
-        return [Part(0, at, first), Part(at, samples, second)]
+        edges = [0, *self._changes(vectors, 0, len(vectors)), len(vectors)]
+        parts: list[Part] = []
+        for first, last in itertools.pairwise(edges):
+            who = self._assign(vectors[first:last].sum(0), float(weights[first:last].sum()))
+            start = 0 if first == 0 else bounds[first][0]
+            if parts and parts[-1].speaker == who:  # (the part matched its neighbour)
+                parts[-1] = Part(parts[-1].start, samples, who)
+            else:
+                parts.append(Part(start, samples, who))
+            if len(parts) > 1:
+                parts[-2] = Part(parts[-2].start, parts[-1].start, parts[-2].speaker)
+        return parts
 
-    def _change(self, vectors: np.ndarray) -> int | None:
-        """The window where a second speaker starts, if one does: the cut whose two sides
-        are furthest apart, when they are far enough apart and belong to different speakers
-        (or are very far apart)."""
-        if len(vectors) < 2 * MIN_PART:
-            return None
-        best, cut = 2.0, 0
-        for k in range(MIN_PART, len(vectors) - MIN_PART + 1):
-            score = float(unit(vectors[:k].sum(0)) @ unit(vectors[k:].sum(0)))
+    def centroid(self, name: str) -> np.ndarray | None:
+        voice = next((v for v in self.voices if v.name == name), None)
+        return None if voice is None else voice.centroid
+
+    def _changes(self, vectors: np.ndarray, lo: int, hi: int) -> list[int]:
+        """The windows in [lo, hi) where another speaker starts: the cut whose two sides are
+        furthest apart, when they are far enough apart and belong to different speakers (or
+        are very far apart), then the same within each side."""
+        if hi - lo < 2 * MIN_PART:
+            return []
+        best, cut = 2.0, lo
+        for k in range(lo + MIN_PART, hi - MIN_PART + 1):
+            score = float(unit(vectors[lo:k].sum(0)) @ unit(vectors[k:hi].sum(0)))
             if score < best:
                 best, cut = score, k
-        if best < SPLIT_ALONE:
-            return cut
         if best >= SPLIT_BELOW:
-            return None
-        left, right = self._nearest(vectors[:cut].sum(0)), self._nearest(vectors[cut:].sum(0))
-        return cut if left != right else None
+            return []
+        if best >= SPLIT_ALONE:
+            left, right = vectors[lo:cut].sum(0), vectors[cut:hi].sum(0)
+            if self._nearest(left) == self._nearest(right):
+                return []
+        return [*self._changes(vectors, lo, cut), cut, *self._changes(vectors, cut, hi)]
 
     def _nearest(self, vector: np.ndarray) -> int | None:
         """The voice at or above SAME_SPEAKER (the closest), else None."""
