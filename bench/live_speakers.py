@@ -27,6 +27,10 @@ speakers' child. Parts:
 - load: `--streams` diarized streams of meeting.wav at once (stream i starts i * `--stagger`
   s late): end of speech -> final p50/p95 over every stream, finals with `speaker: null`, each
   stream's accuracy (mean and worst), and the child's CPU per stream-second under load.
+- standin: the load part again, against `ENGINE=remote` and a stand-in backend that answers
+  in 0.12 s (tests/vllm_standin.py): the server and the speakers' child under that many
+  streams when the engine is not the limit. `--load-plain` runs each load without speakers
+  too.
 - idle: after the last diarized stream closes, the seconds until `/health` shows no child
   (live_speakers.pid null), and the child's RSS before it went.
 
@@ -41,6 +45,8 @@ import contextlib
 import itertools
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,6 +62,7 @@ from websockets.asyncio.client import connect
 
 from diar_metrics import scores
 from proc import ServerProcess
+from server import free_port
 from streaming_client import pcm16
 
 SPEECH = ROOT / "tests" / "data" / "speech"
@@ -342,24 +349,28 @@ def warm(url: str) -> None:
     print(f"warm-up: {len(run.spoken())} final(s), live_speakers {health(url)}")
 
 
-def load(url: str, meet: Clip, args: argparse.Namespace) -> None:
-    async def many() -> list[Run]:
-        return list(
-            await asyncio.gather(
-                *(stream(url, meet.audio, True, i * args.stagger) for i in range(args.streams))
-            )
-        )
+def many(url: str, meet: Clip, args: argparse.Namespace, diarize: bool) -> list[Run]:
+    async def together() -> list[Run]:
+        starts = (i * args.stagger for i in range(args.streams))
+        return list(await asyncio.gather(*(stream(url, meet.audio, diarize, t) for t in starts)))
 
+    return asyncio.run(together())
+
+
+def load(url: str, meet: Clip, args: argparse.Namespace, label: str = "") -> None:
+    if args.load_plain:  # the same streams without speakers: what the engine alone gives
+        lat = [x for r in many(url, meet, args, False) for x in latencies(r, meet)]
+        print(f"{args.streams} plain streams at once{label}: end of speech -> final {dist(lat)}")
     cpu = CpuMeter(url)
     with cpu.span(args.streams, len(meet.audio) / RATE):
-        runs = asyncio.run(many())
+        runs = many(url, meet, args, True)
     lat = [x for r in runs for x in latencies(r, meet)]
     finals = [m for r in runs for m in r.spoken()]
     nulls = sum(1 for m in finals if m.get("speaker") is None)
     acc = [1 - scores(meet.truth, r.turns())["confusion"] for r in runs]
     found = [int(scores(meet.truth, r.turns())["speakers"]) for r in runs]
     print(
-        f"{args.streams} diarized streams at once: end of speech -> final {dist(lat)} "
+        f"{args.streams} diarized streams at once{label}: end of speech -> final {dist(lat)} "
         f"(goal p95 <= 1.5 s: {pct(lat, 95) / 1.5 if lat else float('nan'):.2f}x)"
     )
     print(f"  finals {len(finals)}, speaker null {nulls} ({nulls / max(1, len(finals)):.3f})")
@@ -372,6 +383,42 @@ def load(url: str, meet: Clip, args: argparse.Namespace) -> None:
     if errors:
         print(f"  errors ({len(errors)}): {errors[:5]}")
     print(cpu.line(f"diarizer CPU, {args.streams} streams"))
+
+
+def standin_load(args: argparse.Namespace) -> None:
+    """The load part against `ENGINE=remote` and a stand-in backend that answers every
+    transcription after 0.12 s (tests/vllm_standin.py, its own process): what the server
+    and the speakers' child hold when the engine is not the limit (whisper-tiny.en on these
+    2 cores is: it decodes one request at a time)."""
+    port = free_port()
+    backend = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "vllm_standin.py"), str(port), "--delay", "0.12"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "ENGINE": "remote",
+        "REMOTE_BACKENDS": f"http://127.0.0.1:{port}/v1",
+        "PRELOAD": "true",
+        "IDLE_TIMEOUT": "0",
+        "DIARIZE_PRELOAD": "false",
+        "WS_MAX_SESSIONS": str(max(16, args.streams + 2)),
+        "LOG_LEVEL": "WARNING",
+    }
+    server = ServerProcess(env)
+    try:
+        server.wait_healthy(180)
+        deadline = time.monotonic() + 60
+        while httpx.get(server.url + "/health").json().get("backends_up") != 1:
+            if time.monotonic() > deadline:
+                raise SystemExit("the stand-in backend never came up")
+            time.sleep(0.2)
+        warm(server.url)
+        load(server.url, meeting(args.seconds), args, " (stand-in engine, 0.12 s)")
+    finally:
+        server.stop()
+        backend.terminate()
+        backend.wait(10)
 
 
 def idle(args: argparse.Namespace) -> None:
@@ -395,6 +442,8 @@ def idle(args: argparse.Namespace) -> None:
             if time.perf_counter() - closed > args.idle_timeout + 120:
                 break
             time.sleep(0.1)
+        with contextlib.suppress(psutil.Error):  # /health lets go first; the exit follows
+            psutil.Process(pid).wait(15)
         gone = time.perf_counter() - closed
         print(
             f"idle (IDLE_TIMEOUT={args.idle_timeout:g}): the child ({rss:.0f} MB RSS) gone "
@@ -408,19 +457,24 @@ def idle(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="accuracy,latency,cpu,load,idle")
+    parser.add_argument("--only", default="accuracy,latency,cpu,load,standin,idle")
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=0.0, help="cut the audio (0: whole)")
     parser.add_argument("--repeats", type=int, default=3, help="latency runs of each kind")
     parser.add_argument("--stagger", type=float, default=0.25, help="s between stream starts")
     parser.add_argument("--idle-timeout", type=float, default=5.0)
+    parser.add_argument(
+        "--load-plain", action="store_true", help="load: also the streams without speakers"
+    )
     args = parser.parse_args()
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
-    unknown = parts - {"accuracy", "latency", "cpu", "load", "idle"}
+    unknown = parts - {"accuracy", "latency", "cpu", "load", "standin", "idle"}
     if unknown:
         parser.error(f"unknown parts: {sorted(unknown)}")
-    if parts - {"idle"}:
+    if parts - {"idle", "standin"}:
         main_server(args, parts)
+    if "standin" in parts:
+        standin_load(args)
     if "idle" in parts:
         idle(args)
 
