@@ -162,3 +162,13 @@ def bad_label(name: str) -> bool:
     of its own). The rule of `known_speaker_names[]` and `channel_names[]`."""
     breaks = any(c in name for c in "<>[]\r\n\u2028\u2029")
     return breaks or "-->" in name or len(name.strip()) > MAX_LABEL_CHARS
+
+
+def letter(index: int) -> str:
+    """A speaker's letter: 0 -> A, 25 -> Z, 26 -> AA."""
+    out = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        out = chr(ord("A") + rest) + out
+    return out

