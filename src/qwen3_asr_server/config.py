@@ -223,6 +223,9 @@ class Settings(BaseSettings):
     """Concurrent streaming sessions; a further connection is refused with an error."""
     ws_idle_timeout: float = Field(default=60.0, gt=0)
     """A session that sends nothing for this many seconds is finalized and closed."""
+    deepgram_idle_timeout_s: float = Field(default=10.0, gt=0)
+    """WS /v1/listen: a stream with neither audio nor a KeepAlive for this many seconds is
+    finalized and closed (1011, NET-0001), as Deepgram does."""
     ws_outbox_size: int = Field(default=64, ge=4)
     """Events queued for a slow client; beyond it partials are dropped, and a client that
     does not read its finals is disconnected."""
