@@ -69,12 +69,12 @@ def environment(srv: LiveServer) -> DeepgramClientEnvironment:
 
 
 def model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
-    for candidate in (annotation, *typing.get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, pydantic.BaseModel):
-            return candidate
-        inner = model_in(candidate) if typing.get_args(candidate) else None
-        if inner is not None:
-            return inner
+    """The SDK model inside a field's annotation (Optional[X], List[X]), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := model_in(arg)) is not None:
+            return found
     return None
 
 
@@ -168,7 +168,7 @@ def test_live_linear16_interim_vad_events_utterance_end_finalize_close(server: L
     Finalize answered with from_finalize, CloseStream -> Metadata and a normal close."""
     speech = load("three_sentences.wav")
     first = pcm16(np.concatenate([speech, np.zeros(24000, np.float32)]))
-    tail = pcm16(load("sentence_01.wav"))
+    tail = pcm16(load("sentence_01.wav")[:-4800])  # too little silence left to end it
     client = DeepgramClient(api_key=KEY, environment=environment(server))
     query = {"interim_results": "true", "vad_events": "true", "utterance_end_ms": "1000"}
     with client.listen.v1.connect(
@@ -176,7 +176,7 @@ def test_live_linear16_interim_vad_events_utterance_end_finalize_close(server: L
     ) as socket:
         heard = Listener(socket)
         send(socket, first, 3200, 0.05)  # 100 ms messages at twice real time
-        assert heard.wait(lambda: heard.of(ListenV1UtteranceEnd))
+        assert heard.wait(lambda: any(u.last_word_end > 11 for u in heard.of(ListenV1UtteranceEnd)))
         send(socket, tail, 3200)
         socket.send_finalize()
         assert heard.wait(lambda: any(r.from_finalize for r in heard.finals()))
@@ -188,11 +188,13 @@ def test_live_linear16_interim_vad_events_utterance_end_finalize_close(server: L
     assert interim and all(not r.speech_final for r in interim)
     assert heard.of(ListenV1SpeechStarted)
     spoken = [r for r in heard.finals() if r.speech_final]
-    assert spoken and all(not r.from_finalize for r in spoken)
+    assert len(spoken) == 3 and all(not r.from_finalize for r in spoken)  # one a sentence
     assert wer([transcripts()["three_sentences.wav"]], [text(spoken)]) <= 0.3
-    (ended,) = heard.of(ListenV1UtteranceEnd)
-    assert ended.channel == [0, 1] and 11 <= ended.last_word_end <= 14.5
+    ended = heard.of(ListenV1UtteranceEnd)  # the sentences' pauses are 1 s long too
+    assert all(u.channel == [0, 1] for u in ended)
+    assert [round(u.last_word_end, 3) for u in ended] == [round(r.start + r.duration, 3) for r in spoken]
     finalized = [r for r in heard.finals() if r.from_finalize]
+    assert len(finalized) == 1 and not finalized[0].speech_final
     assert wer([transcripts()["sentence_01.wav"]], [text(finalized)]) <= 0.3
     last = finalized[-1]
     assert 14 <= last.start <= 15.5 and last.start + last.duration <= 19.5
