@@ -33,7 +33,7 @@ from deepgram.listen.v1.types import (
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from calls import AGENT, CUSTOMER, call_tracks, reference
+from calls import AGENT, CUSTOMER, call_tracks, clip, reference
 from helpers import whisper_settings
 from qwen3_asr_server.api.deepgram.query import keyword
 from qwen3_asr_server.api.deepgram.wire import speaker_number
@@ -59,7 +59,8 @@ ALSO_REQUIRED = {"Results": {"is_final", "speech_final", "from_finalize"}}  # Li
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
-    settings = whisper_settings(api_key=KEY, deepgram_idle_timeout_s=3.0)
+    # (a diarized final waits up to 5 s for its speaker on these 2 cores)
+    settings = whisper_settings(api_key=KEY, deepgram_idle_timeout_s=3.0, ws_speaker_wait_s=5.0)
     with live_server(create_app(settings)) as srv:
         yield srv
 
@@ -388,6 +389,23 @@ def test_a_stream_idle_past_the_timeout_is_closed_net_0001(server: LiveServer) -
     assert empty.from_finalize and empty.channel.alternatives[0].transcript == ""
     assert isinstance(heard.messages[-1], ListenV1Metadata)
     assert (heard.tap.ws.close_code, heard.tap.ws.close_reason) == (1011, "NET-0001")
+
+
+def test_diarize_gives_each_word_its_speaker_number(server: LiveServer) -> None:
+    """Two voices one after the other, diarize=true: every word of the first's final has
+    speaker 0, of the second's speaker 1 (our live speakers A and B)."""
+    gap = np.zeros(16000, np.float32)
+    audio = pcm16(np.concatenate([clip("meeting:0"), gap, clip("meeting:1"), gap]))
+    client = DeepgramClient(api_key=KEY, environment=environment(server))
+    with client.listen.v1.connect(model="nova-3", encoding="linear16", diarize="true") as socket:
+        heard = Listener(socket)
+        send(socket, audio, 3200, 0.05)
+        socket.send_close_stream()
+        assert heard.wait(heard.closed.is_set, timeout=120)
+    heard.checked()
+    spoken = [r for r in heard.finals() if r.channel.alternatives[0].transcript]
+    speakers = [{w.speaker for w in r.channel.alternatives[0].words} for r in spoken]
+    assert speakers == [{0}, {1}], speakers
 
 
 def test_keywords_boost_and_speaker_numbers() -> None:
