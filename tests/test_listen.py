@@ -13,8 +13,10 @@ import threading
 import time
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pydantic
 import pytest
@@ -30,10 +32,11 @@ from deepgram.listen.v1.types import (
     ListenV1SpeechStarted,
     ListenV1UtteranceEnd,
 )
+from deepgram.types import ListenV1Response
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from calls import AGENT, CUSTOMER, call_tracks, clip, reference
+from calls import AGENT, CUSTOMER, call, call_tracks, clip, reference
 from helpers import whisper_settings
 from qwen3_asr_server.api.deepgram.query import keyword
 from qwen3_asr_server.api.deepgram.wire import speaker_number
@@ -53,7 +56,11 @@ SDK_TYPES: dict[str, type[pydantic.BaseModel]] = {
     "UtteranceEnd": ListenV1UtteranceEnd,
     "Error": ListenV1Error,
 }
-EXTRA = {"Metadata": {"models", "model_info"}}  # Deepgram's docs show them; the SDK lacks them
+# Deepgram's docs show them; the SDK's types lack them
+EXTRA = {
+    "Metadata": {"models", "model_info"},
+    "Response.results.channels.alternatives.words": {"punctuated_word"},
+}
 ALSO_REQUIRED = {"Results": {"is_final", "speech_final", "from_finalize"}}  # LiveKit reads them
 
 
@@ -418,3 +425,83 @@ def test_keywords_boost_and_speaker_numbers() -> None:
         None,
         None,
     ]
+
+
+def post(
+    srv: LiveServer, body: bytes, query: str = "", kind: str = "audio/wav", key: str = KEY
+) -> httpx.Response:
+    headers = {"Authorization": f"Token {key}", "Content-Type": kind}
+    return httpx.post(srv.url + "/v1/listen" + query, content=body, headers=headers, timeout=120)
+
+
+def test_prerecorded_file_with_utterances_and_paragraphs(server: LiveServer) -> None:
+    """The raw body (a WAV), the sync client's transcribe_file: one channel, its words with
+    times inside the audio, utterances (one a pause-cut segment) and paragraphs; the raw
+    body checked against the SDK's ListenV1Response."""
+    wav = speech_file("three_sentences.wav")
+    client = DeepgramClient(api_key=KEY, environment=environment(server))
+    response = client.listen.v1.media.transcribe_file(
+        request=wav, model="nova-3", utterances=True, paragraphs=True, language="en"
+    )
+    assert isinstance(response, ListenV1Response)
+    (channel,) = response.results.channels
+    best = channel.alternatives[0]
+    assert wer([transcripts()["three_sentences.wav"]], [best.transcript]) <= 0.3
+    assert best.words and all(0 <= w.start <= w.end <= 12.7 for w in best.words)
+    assert response.results.utterances and best.paragraphs.paragraphs
+    assert response.metadata.sha256 == hashlib.sha256(wav).hexdigest()
+    assert response.metadata.channels == 1 and abs(response.metadata.duration - 12.656) < 0.01
+    raw = post(server, wav, "?utterances=true&paragraphs=true&model=nova-3")
+    assert raw.status_code == 200, raw.text
+    data = raw.json()
+    check_fields(ListenV1Response, data, "Response")
+    ListenV1Response.model_validate(data)
+
+
+def test_prerecorded_multichannel_call_with_the_async_client(server: LiveServer) -> None:
+    stereo, _ = call()
+
+    async def run() -> Any:
+        client = AsyncDeepgramClient(api_key=KEY, environment=environment(server))
+        return await client.listen.v1.media.transcribe_file(
+            request=stereo, model="nova-3", multichannel=True
+        )
+
+    response = asyncio.run(run())
+    assert len(response.results.channels) == 2
+    for c, side in enumerate((AGENT, CUSTOMER)):
+        said = response.results.channels[c].alternatives[0].transcript
+        assert wer([reference(side)], [said]) <= 0.35, (c, said)
+    assert response.metadata.channels == 2
+
+
+def test_prerecorded_refusals_are_deepgram_errors(server: LiveServer) -> None:
+    """A URL body (this server fetches none), a wrong key, an empty body, undecodable bytes."""
+    client = DeepgramClient(api_key=KEY, environment=environment(server))
+    with pytest.raises(ApiError) as sdk:
+        client.listen.v1.media.transcribe_url(url="https://example.com/a.wav", model="nova-3")
+    assert sdk.value.status_code == 400
+    for answer, status in (
+        (
+            post(
+                server,
+                b'{"url": "https://example.com/a.wav"}',
+                **{"Content-Type": "application/json"},
+            ),
+            400,
+        ),
+        (post(server, b"RIFF", Authorization="Token wrong"), 401),
+        (post(server, b""), 400),
+        (
+            post(server, b"not audio at all" * 100, **{"Content-Type": "application/octet-stream"}),
+            400,
+        ),
+    ):
+        assert answer.status_code == status, answer.text
+        body = answer.json()
+        assert set(body) == {"err_code", "err_msg", "request_id"}, body
+        assert body["request_id"] == answer.headers["x-request-id"]
+
+
+def speech_file(name: str) -> bytes:
+    return (Path(__file__).parent / "data" / "speech" / name).read_bytes()

@@ -127,3 +127,28 @@ def listen_tokens(authorization: str | None, subprotocols: list[str]) -> list[st
     if len(subprotocols) >= 2 and subprotocols[0].lower() == "token":
         tokens += subprotocols[1:2]
     return tokens
+
+
+@dataclass(frozen=True)
+class FileQuery:
+    """POST /v1/listen's query (pre-recorded): what it shares with the live one, plus
+    `utterances` and `paragraphs`."""
+
+    language: str | None = None
+    keywords: list[str] = field(default_factory=list)
+    multichannel: bool = False
+    diarize: bool = False
+    utterances: bool = False
+    paragraphs: bool = False
+
+
+def parse_file_query(query: QueryParams) -> FileQuery:
+    words = [keyword(v) for name in ("keywords", "keyterm") for v in query.getlist(name)]
+    return FileQuery(
+        language=language(query.get("language")),
+        keywords=[w for w in words if w],
+        multichannel=flag(query, "multichannel"),
+        diarize=flag(query, "diarize"),
+        utterances=flag(query, "utterances"),
+        paragraphs=flag(query, "paragraphs"),
+    )

@@ -58,6 +58,12 @@ def words(text: str, start: float, end: float, speaker: int | None) -> list[m.Wo
     return out
 
 
+def model_identity(model_id: str, arch: str) -> tuple[str, m.ModelInfo]:
+    """The served model as Deepgram names one: a UUID (derived from its id) and its info."""
+    model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, "qwen3-asr-server:" + model_id))
+    return model_uuid, m.ModelInfo(name=model_id, version="1", arch=arch)
+
+
 @dataclass
 class Lane:
     """What one channel's messages need to remember."""
@@ -73,8 +79,7 @@ class Wire:
     ) -> None:
         self.query = query
         self.request_id = request_id
-        self.info = m.ModelInfo(name=model_id, version="1", arch=arch)
-        self.model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, "qwen3-asr-server:" + model_id))
+        self.model_uuid, self.info = model_identity(model_id, arch)
         self.width = query.channels if query.multichannel else 1  # channel_index[1]
         self.lanes = [Lane() for _ in range(lanes)]
 
