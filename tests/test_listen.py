@@ -445,7 +445,8 @@ def test_prerecorded_file_with_utterances_and_paragraphs(server: LiveServer) -> 
     )
     assert isinstance(response, ListenV1Response)
     (channel,) = response.results.channels
-    best = channel.alternatives[0]
+    assert channel.alternatives is not None
+    best: Any = channel.alternatives[0]
     assert wer([transcripts()["three_sentences.wav"]], [best.transcript]) <= 0.3
     assert best.words and all(0 <= w.start <= w.end <= 12.7 for w in best.words)
     assert response.results.utterances and best.paragraphs.paragraphs
@@ -482,20 +483,10 @@ def test_prerecorded_refusals_are_deepgram_errors(server: LiveServer) -> None:
         client.listen.v1.media.transcribe_url(url="https://example.com/a.wav", model="nova-3")
     assert sdk.value.status_code == 400
     for answer, status in (
-        (
-            post(
-                server,
-                b'{"url": "https://example.com/a.wav"}',
-                **{"Content-Type": "application/json"},
-            ),
-            400,
-        ),
-        (post(server, b"RIFF", Authorization="Token wrong"), 401),
+        (post(server, b'{"url": "https://example.com/a.wav"}', kind="application/json"), 400),
+        (post(server, b"RIFF", key="wrong"), 401),
         (post(server, b""), 400),
-        (
-            post(server, b"not audio at all" * 100, **{"Content-Type": "application/octet-stream"}),
-            400,
-        ),
+        (post(server, b"not audio at all" * 100, kind="application/octet-stream"), 400),
     ):
         assert answer.status_code == status, answer.text
         body = answer.json()

@@ -66,7 +66,8 @@ async def body_file(request: Request) -> tuple[UploadFile, str]:
     return upload, sha.hexdigest()
 
 
-@router.post("/v1/listen")
+# Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
+@router.post("/v1/listen", include_in_schema=False)
 async def listen_file(request: Request) -> JSONResponse:
     ctx: AppContext = request.app.state.ctx
     try:
