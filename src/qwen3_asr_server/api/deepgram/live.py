@@ -38,6 +38,7 @@ from ..ws_common import (
     base_config,
     new_session,
     register,
+    release,
     serve_session,
 )
 from . import messages as m
@@ -113,7 +114,11 @@ async def listen(websocket: WebSocket) -> None:
         mix=query.channels > 1 and not query.multichannel,
     )
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
-    await websocket.accept(subprotocol="token" if offered[:1] == ["token"] else None)
+    try:  # a client gone before the handshake ends gives its seat back
+        await websocket.accept(subprotocol="token" if offered[:1] == ["token"] else None)
+    except BaseException:
+        await release(ctx, websocket, session, outbox, "disconnect", ingest)
+        raise
 
     def close_code(reason: str) -> tuple[int, str]:
         return {"idle": (1011, "NET-0001"), "limit": (1011, "DATA-0001")}.get(reason, (1000, ""))
