@@ -13,6 +13,7 @@ import threading
 import time
 import typing
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,14 @@ from websockets.sync.client import connect
 
 from calls import AGENT, CUSTOMER, call, call_tracks, clip, reference
 from helpers import whisper_settings
-from qwen3_asr_server.api.deepgram.query import keyword
-from qwen3_asr_server.api.deepgram.wire import speaker_number
+from qwen3_asr_server.api.deepgram.query import ListenQuery, keyword
+from qwen3_asr_server.api.deepgram.wire import Wire, speaker_number
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio import g711
+from qwen3_asr_server.errors import InferenceError
+from qwen3_asr_server.streaming.config import Heard
+from qwen3_asr_server.streaming.events import Final, FinalFailed
+from qwen3_asr_server.streaming.session import StreamSession
 from server import LiveServer, live_server
 from speech import transcripts
 from streaming_client import load, pcm16
@@ -413,6 +418,125 @@ def test_diarize_gives_each_word_its_speaker_number(server: LiveServer) -> None:
     spoken = [r for r in heard.finals() if r.channel.alternatives[0].transcript]
     speakers = [{w.speaker for w in r.channel.alternatives[0].words} for r in spoken]
     assert speakers == [{0}, {1}], speakers
+
+
+@pytest.mark.parametrize("heard", ["nothing", "a failure"])
+def test_an_utterance_heard_as_nothing_or_failed_still_ends_with_speech_final(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch, heard: str
+) -> None:
+    """vad_events=true (LiveKit always asks it): voice detection opens an utterance and its
+    silence closes it, but the model hears nothing in it (a cough: Whisper hears words in
+    any noise Silero takes for speech, so the final's text is emptied here), or its final
+    fails. It still ends with an empty is_final/speech_final Results after its
+    SpeechStarted (after the Error, when it failed): LiveKit learns the end of speech from
+    nothing else. A raw websocket: the accepted handshake carries `dg-request-id`."""
+    final_text = StreamSession._final_text
+
+    async def hushed(self: StreamSession, audio: np.ndarray) -> Heard:
+        said = await final_text(self, audio)
+        if heard == "a failure":
+            raise InferenceError("the model could not be reached")
+        return replace(said, text="")
+
+    monkeypatch.setattr(StreamSession, "_final_text", hushed)
+    audio = pcm16(np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)]))
+    url = server.url.replace("http://", "ws://") + "/v1/listen?encoding=linear16"
+    url += "&sample_rate=16000&vad_events=true&endpointing=300"
+    messages: list[dict[str, Any]] = []
+    with connect(url, additional_headers={"Authorization": f"Token {KEY}"}) as ws:
+        request_id = ws.response.headers["dg-request-id"]
+        for i in range(0, len(audio), 3200):
+            ws.send(audio[i : i + 3200])
+            time.sleep(0.05)  # (the pace of a live source)
+        deadline = time.monotonic() + 60
+        while not any(m.get("speech_final") for m in messages) and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                messages.append(strict(ws.recv(timeout=1)))
+            ws.send(json.dumps({"type": "KeepAlive"}))
+        ws.send(json.dumps({"type": "CloseStream"}))
+        with contextlib.suppress(Exception):
+            while True:
+                messages.append(strict(ws.recv(timeout=30)))
+    kinds = [m["type"] for m in messages]
+    expected = ["SpeechStarted", "Results", "Metadata"]
+    assert kinds == (expected if heard == "nothing" else [*expected[:1], "Error", *expected[1:]])
+    ended = messages[-2]
+    assert ended["is_final"] and ended["speech_final"] and not ended["from_finalize"]
+    assert ended["channel"]["alternatives"][0] == {"transcript": "", "confidence": 0.0, "words": []}
+    assert 0 <= ended["start"] < messages[0]["timestamp"] + 0.5 and 2.5 < ended["duration"] < 5
+    assert messages[-1]["request_id"] == ended["metadata"]["request_id"] == request_id
+
+
+def wire_for(**query: Any) -> Wire:
+    return Wire(ListenQuery(**query), "rid", "whisper-tiny.en", "whisper", 1)
+
+
+def flags(out: list[tuple[dict[str, Any], bool]]) -> list[tuple[str, bool, bool, bool]]:
+    """(transcript, is_final, speech_final, from_finalize) of each Results."""
+    keys = ("is_final", "speech_final", "from_finalize")
+    return [
+        (r["channel"]["alternatives"][0]["transcript"], *(bool(r[k]) for k in keys))
+        for r, _ in out
+        if r["type"] == "Results"
+    ]
+
+
+def test_a_final_split_at_a_change_of_speaker_ends_speech_only_on_its_last_part() -> None:
+    """diarize: one utterance's final in three parts (A, B, A); only the last has
+    speech_final, and from_finalize when it answers a Finalize (the core's `more` marks the
+    parts that are not last). An empty middle part is not sent; an empty last part is."""
+    wire = wire_for(diarize=True)
+    part = Final(1, "hello there", "silence", (), 1.0, start=0.0, end=1.0, speaker="A")
+    parts = [
+        replace(part, more=True),
+        replace(part, text="", start=1.0, end=1.5, speaker="B", more=True),
+        replace(part, text="yes", start=1.5, end=2.0, speaker="B", more=True),
+        replace(part, text="ok", start=2.0, end=2.5, answers=("flush",)),
+    ]
+    outs = [wire.event(0, p, 2.5) for p in parts]
+    assert [flags(out) for out in outs] == [
+        [("hello there", True, False, False)],
+        [],
+        [("yes", True, False, False)],
+        [("ok", True, True, True)],
+    ]
+    said = [r for out in outs for r, _ in out]
+    assert [{w["speaker"] for w in r["channel"]["alternatives"][0]["words"]} for r in said] == [
+        {0},
+        {1},
+        {0},
+    ]
+    # a split final committed by a Finalize: from_finalize on its last part only
+    flushed = [replace(p, reason="flush", answers=()) for p in parts]
+    assert [flags(wire.event(0, p, 2.5)) for p in flushed] == [
+        [("hello there", True, False, False)],
+        [],
+        [("yes", True, False, False)],
+        [("ok", True, False, True)],
+    ]
+    # its last part heard as nothing: still the end of speech
+    assert flags(wire.event(0, replace(part, text="", start=3.0, end=3.5), 3.5)) == [
+        ("", True, True, False)
+    ]
+
+
+def test_a_failed_final_ended_by_silence_still_ends_its_speech() -> None:
+    """The final of an utterance voice detection closed failed: the Error, then an empty
+    is_final/speech_final Results (from_finalize too when it answers a Finalize). An empty
+    final at max_length (speech goes on) is not sent."""
+    wire = wire_for(vad_events=True)
+    failed = FinalFailed(1, "silence", (), 1.0, InferenceError("boom"), start=0.5, end=1.5)
+    out = wire.event(0, failed, 1.5)
+    assert [r["type"] for r, _ in out] == ["Error", "Results"]
+    assert flags(out) == [("", True, True, False)]
+    assert flags(wire.event(0, replace(failed, answers=("flush",)), 1.5)) == [
+        ("", True, True, True)
+    ]
+    assert flags(wire.event(0, replace(failed, reason="flush"), 1.5)) == [("", True, False, True)]
+    assert wire.event(0, replace(failed, reason="max_length"), 1.5)[1:] == []
+    assert wire.event(0, Final(2, "", "max_length", (), 1.0), 2.0) == []
+    for raw, _ in out:
+        strict(json.dumps(raw))
 
 
 def test_keywords_boost_and_speaker_numbers() -> None:

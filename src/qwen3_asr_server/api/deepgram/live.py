@@ -3,14 +3,14 @@
 
 The query (`query.py`) is checked before the handshake completes: a wrong key is refused
 with HTTP 401, a value we cannot serve with HTTP 400, a full server with 429, each with
-Deepgram's body (`err_code`, `err_msg`, `request_id`) and its `dg-error` and
-`dg-request-id` headers. Once open, binary frames are audio (linear16, mulaw or alaw, at
-`sample_rate`, `channels` interleaved); text frames are `KeepAlive`, `Finalize` and
-`CloseStream` (`messages.py`); one we cannot use gets an `Error` message and the stream goes
-on. `CloseStream` (or an idle stream, DEEPGRAM_IDLE_TIMEOUT_S) finalises what is buffered,
-sends `Metadata` and closes (an idle one with 1011 `NET-0001`). With `multichannel=true`
-each channel is its own session (`ChannelGroup`); without it, the channels are mixed into
-one."""
+Deepgram's body (`err_code`, `err_msg`, `request_id`) and its `dg-error` and `dg-request-id`
+headers; an accepted handshake carries `dg-request-id` too. Once open, binary frames are
+audio (linear16, mulaw or alaw, at `sample_rate`, `channels` interleaved); text frames are
+`KeepAlive`, `Finalize` and `CloseStream` (`messages.py`); one we cannot use gets an `Error`
+message and the stream goes on. `CloseStream` (or an idle stream, DEEPGRAM_IDLE_TIMEOUT_S)
+finalises what is buffered, sends `Metadata` and closes (an idle one with 1011 `NET-0001`).
+With `multichannel=true` each channel is its own session (`ChannelGroup`); without it, the
+channels are mixed into one."""
 
 from __future__ import annotations
 
@@ -115,7 +115,10 @@ async def listen(websocket: WebSocket) -> None:
     )
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
     try:  # a client gone before the handshake ends gives its seat back
-        await websocket.accept(subprotocol="token" if offered[:1] == ["token"] else None)
+        await websocket.accept(
+            subprotocol="token" if offered[:1] == ["token"] else None,
+            headers=[(b"dg-request-id", REQUEST_ID.get().encode("ascii", "replace"))],
+        )
     except BaseException:
         await release(ctx, websocket, session, outbox, "disconnect", ingest)
         raise

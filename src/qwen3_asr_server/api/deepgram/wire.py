@@ -3,7 +3,11 @@
 - A partial is an interim `Results` (`is_final: false`), with `interim_results` only.
 - A final is `is_final: true`; `speech_final: true` when voice detection ended it (the
   endpointing silence); `from_finalize: true` when it answers a `Finalize`. A Finalize with
-  nothing buffered is answered by an empty final at the stream's end.
+  nothing buffered is answered by an empty final at the stream's end. An utterance ended by
+  silence always ends with a `speech_final` final, empty when it was heard as nothing (a
+  cough) or its transcription failed (after the `Error`): LiveKit learns that speech ended
+  only from `speech_final` (or `UtteranceEnd`). A final split at a change of speaker
+  (`diarize`) is several finals: only its last part has `speech_final`/`from_finalize`.
 - `start`/`duration`: where the audio lies in the stream (the session core's sample counts).
   Our finals have no word times: a final's words are spread evenly over its span, and every
   confidence is 1.0 (docs/DEEPGRAM.md).
@@ -138,9 +142,12 @@ class Wire:
             case FinalFailed():
                 error = m.Error(variant="TranscriptionError", description=event.error.message)
                 out = [(m.dump(error), False)]
-                if "flush" in (event.reason, *event.answers):
+                ended = event.reason == "silence"
+                finalize = "flush" in (event.reason, *event.answers)
+                if ended or finalize:  # (still the end of its speech, or a Finalize's answer)
                     span = (event.start, event.end)
-                    out.append((self.results(channel, "", span, (True, False, True)), False))
+                    flags = (True, ended, finalize)
+                    out.append((self.results(channel, "", span, flags), False))
                 return out
         return []
 
@@ -148,13 +155,15 @@ class Wire:
         lane = self.lanes[channel]
         lane.started.pop(event.utterance, None)
         lane.last_end = max(lane.last_end, event.end)
-        finalize = "flush" in (event.reason, *event.answers)
-        if not event.text and not finalize:
+        last = not event.more  # (of a final split at a change of speaker)
+        finalize = last and "flush" in (event.reason, *event.answers)
+        ended = last and event.reason == "silence"
+        if not event.text and not finalize and not ended:
             return []
         if event.text:
             lane.word_end = event.end
         speaker = speaker_number(event.speaker) if self.query.diarize else None
-        flags = (True, event.reason == "silence", finalize)
+        flags = (True, ended, finalize)
         message = self.results(channel, event.text, (event.start, event.end), flags, speaker)
         return [(message, False)]
 
