@@ -50,6 +50,8 @@ from qwen3_asr_server.streaming.session import StreamSession
 from server import LiveServer, live_server
 from speech import transcripts
 from streaming_client import load, pcm16
+from test_session_speakers import Voices
+from test_session_speakers import session as voice_session
 from wer import wer
 
 pytestmark = pytest.mark.slow
@@ -517,6 +519,29 @@ def test_a_final_split_at_a_change_of_speaker_ends_speech_only_on_its_last_part(
     # its last part heard as nothing: still the end of speech
     assert flags(wire.event(0, replace(part, text="", start=3.0, end=3.5), 3.5)) == [
         ("", True, True, False)
+    ]
+
+
+async def test_the_core_marks_every_part_of_a_split_final_but_the_last() -> None:
+    """The session core (fake voices, as tests/test_session_speakers.py) splits a flushed
+    final at its change of voice: the first part has `more`, so on the wire only the last
+    answers the Finalize."""
+    voices, events = Voices(), []
+    s = voice_session(voices, events, flush_silence_ms=0)
+    first, second = np.full(4 * 16000, 0.1, np.float32), np.full(4 * 16000, -0.1, np.float32)
+    await s.feed(np.concatenate([first, second]))
+    await s.flush()
+    deadline = time.monotonic() + 30
+    while len([e for e in events if isinstance(e, Final)]) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    await s.close("test")
+    a, b = (e for e in events if isinstance(e, Final))
+    assert (a.speaker, b.speaker, a.more, b.more) == ("A", "B", True, False)
+    wire = wire_for(diarize=True)
+    sent = [flags(wire.event(0, e, 8.0)) for e in (a, b)]
+    assert [[r[1:] for r in out] for out in sent] == [
+        [(True, False, False)],
+        [(True, False, True)],
     ]
 
 
