@@ -25,6 +25,8 @@ from .api import (
     ws_transcribe,
 )
 from .api import metrics as metrics_route
+from .api.deepgram import live as deepgram_live
+from .api.deepgram import prerecorded as deepgram_file
 from .api.deps import AppContext
 from .api.error_handlers import install_error_handlers
 from .api.middleware import (
@@ -197,6 +199,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(translations.router)
     app.include_router(ws_transcribe.router)
     app.include_router(realtime.router)
+    app.include_router(deepgram_live.router)
+    app.include_router(deepgram_file.router)
     app.include_router(client_secrets.router)
     app.include_router(metrics_route.router)
     install_ui(app)

@@ -1,7 +1,5 @@
 """Every setting of the server, read from the environment or `.env`, in one class.
-
-Nothing else in the package reads `os.environ`.
-"""
+Nothing else in the package reads `os.environ`."""
 
 from __future__ import annotations
 
@@ -223,6 +221,8 @@ class Settings(BaseSettings):
     """Concurrent streaming sessions; a further connection is refused with an error."""
     ws_idle_timeout: float = Field(default=60.0, gt=0)
     """A session that sends nothing for this many seconds is finalized and closed."""
+    deepgram_idle_timeout_s: float = Field(default=10.0, gt=0)
+    """WS /v1/listen: no audio nor KeepAlive this long -> finalized, closed (1011 NET-0001)."""
     ws_outbox_size: int = Field(default=64, ge=4)
     """Events queued for a slow client; beyond it partials are dropped, and a client that
     does not read its finals is disconnected."""

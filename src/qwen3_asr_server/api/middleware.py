@@ -37,6 +37,7 @@ OPEN_PATHS = frozenset(
     }
 )
 OPEN_PREFIXES = ("/ui/static/",)  # the page's files
+DEEPGRAM_PATH = "/v1/listen"  # also takes `Authorization: Token <key>`; answers Deepgram's 401
 
 
 def is_open(path: str) -> bool:
@@ -156,7 +157,8 @@ class ApiKeyMiddleware:
     ones (`is_open`) needs it, so a new route is protected by default. A client secret
     (`ek_…`) is refused here like any wrong key. WebSocket scopes pass through: those routes
     check the key themselves (header, `api_key` query or subprotocol, and on /v1/realtime a
-    client secret: api/ws_common.py), after accepting, so the client hears why."""
+    client secret: api/ws_common.py), after accepting, so the client hears why. POST
+    /v1/listen (Deepgram's) also takes `Token <key>`, and its 401 is Deepgram's shape."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app
@@ -166,10 +168,17 @@ class ApiKeyMiddleware:
         # the path as routed (without a --root-path prefix), as the routes see it
         if scope["type"] == "http" and self.api_key and not is_open(get_route_path(scope)):
             authorization = dict(scope.get("headers") or []).get(b"authorization")
+            given = authorization and authorization.decode("latin-1")
+            deepgram = get_route_path(scope) == DEEPGRAM_PATH
+            if deepgram and given and given[:6].lower() == "token ":  # Deepgram's scheme
+                given = "Bearer " + given[6:]
             try:
-                check_api_key(self.api_key, authorization and authorization.decode("latin-1"))
+                check_api_key(self.api_key, given)
             except AuthError as exc:
                 body = openai_body(exc)
+                if deepgram:  # Deepgram's error shape (api/deepgram/)
+                    body = {"err_code": "INVALID_AUTH", "err_msg": exc.message}
+                    body["request_id"] = REQUEST_ID.get()
                 for message in _error_response(http_status(exc), body, REQUEST_ID.get()):
                     await send(message)
                 return

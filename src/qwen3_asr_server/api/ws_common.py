@@ -1,4 +1,4 @@
-"""What both WebSocket endpoints share: auth, the bounded outbox, session wiring."""
+"""What the WebSocket endpoints share: auth, the bounded outbox, session wiring."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import WebSocket
@@ -25,6 +26,20 @@ from .deps import AppContext, check_api_key
 from .secret_store import REALTIME_PATH, SCOPE_KEY
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+def any_key_ok(ctx: AppContext, tokens: list[str]) -> bool:
+    """One of `tokens` is API_KEY (or no key is set); compared in constant time."""
+    expected = ctx.settings.api_key
+    if not expected:
+        return True
+    for token in tokens:
+        try:
+            check_api_key(expected, "Bearer " + token)
+        except AuthError:
+            continue
+        return True
+    return False
 
 
 def websocket_api_key_ok(ctx: AppContext, websocket: WebSocket) -> bool:
@@ -46,16 +61,7 @@ def websocket_api_key_ok(ctx: AppContext, websocket: WebSocket) -> bool:
             if granted is not None:
                 websocket.scope[SCOPE_KEY] = granted
                 return True
-    expected = ctx.settings.api_key
-    if not expected:
-        return True
-    for token in tokens:
-        try:
-            check_api_key(expected, "Bearer " + token)
-        except AuthError:
-            continue
-        return True
-    return False
+    return any_key_ok(ctx, tokens)
 
 
 def choose_subprotocol(websocket: WebSocket) -> str | None:
@@ -200,19 +206,33 @@ Message = MutableMapping[str, Any]
 Handler = Callable[[Message], Awaitable[str | None]]
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a protocol ends its sessions (the defaults: ours and Realtime's). `idle_s`: the
+    idle timeout (None: WS_IDLE_TIMEOUT); `farewell`: sent after the last final, while the
+    client still reads (given the reason); `close_code`: the close frame's code and reason
+    for an ending reason."""
+
+    idle_s: float | None = None
+    farewell: Callable[[str], Awaitable[None]] | None = None
+    close_code: Callable[[str], tuple[int, str]] | None = None
+
+
 async def serve_session(
     ctx: AppContext,
     websocket: WebSocket,
     session: StreamSession | ChannelGroup,
     outbox: Outbox,
     handle: Handler,
-    idle_error: dict[str, Any],
+    idle_error: dict[str, Any] | None,
     ingest: PcmIngest,
+    ending: Ending | None = None,
 ) -> None:
-    """The receive loop both endpoints share. `handle` gets each message and returns a
+    """The receive loop every endpoint shares. `handle` gets each message and returns a
     reason to end the session, or None. However the loop ends (disconnect, idle, limit, slow
     client, a broken socket), the session is closed, so its buffered audio is transcribed
     (what the ingest's resampler held included)."""
+    ending = ending or Ending()
     reason = "disconnect"
     ahead: asyncio.Task[Message] | None = None  # the next message, read while one is handled
     try:
@@ -220,10 +240,11 @@ async def serve_session(
             if ahead is None:
                 ahead = asyncio.ensure_future(websocket.receive())
             try:  # (a timer per message, not wait_for's task per message)
-                async with asyncio.timeout(ctx.settings.ws_idle_timeout):
+                async with asyncio.timeout(ending.idle_s or ctx.settings.ws_idle_timeout):
                     received = await ahead
             except TimeoutError:
-                await outbox.put(idle_error)
+                if idle_error is not None:
+                    await outbox.put(idle_error)
                 reason = "idle"
                 break
             if received["type"] == "websocket.disconnect":
@@ -243,7 +264,7 @@ async def serve_session(
     finally:
         if ahead is not None and not ahead.done():
             ahead.cancel()
-        await release(ctx, websocket, session, outbox, reason, ingest)
+        await release(ctx, websocket, session, outbox, reason, ingest, ending)
 
 
 def _seen_leaving(session: StreamSession | ChannelGroup, ahead: asyncio.Task[Message]) -> None:
@@ -262,12 +283,14 @@ async def release(
     outbox: Outbox,
     reason: str,
     ingest: PcmIngest | None = None,
+    ending: Ending | None = None,
 ) -> None:
     """End a registered session: its buffered audio transcribed, its finals sent, its
     tasks done, the socket closed and, whatever fails, its seat given back. The session
     counts toward WS_MAX_SESSIONS until its last final is delivered or dropped: audio it
     received is still transcribed even if the client is gone; a client that has left gives
     its seat back now, while that audio is still transcribed (registry.leave)."""
+    ending = ending or Ending()
     try:
         if reason in CLIENT_GONE:
             ctx.sessions.leave(session)
@@ -275,8 +298,12 @@ async def release(
             with contextlib.suppress(Exception):
                 await ingest.drain(session)
         await session.close(reason)
+        if ending.farewell is not None and reason not in CLIENT_GONE:
+            with contextlib.suppress(Exception):
+                await ending.farewell(reason)
         await outbox.close()
+        code, why = ending.close_code(reason) if ending.close_code else (1000, "")
         with contextlib.suppress(Exception):
-            await websocket.close()
+            await websocket.close(code, why)
     finally:
         ctx.sessions.remove(session)

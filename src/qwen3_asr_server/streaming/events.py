@@ -70,7 +70,8 @@ class Final:
     gave them. `start`/`end`: where its audio lies in the stream, in seconds since the
     stream began. `speaker` (with `diarized`, the session asked for speakers): who speaks
     it, None when that could not be said in time. A final split at a change of speaker
-    is several Final events of one utterance, in order; only the last answers."""
+    is several Final events of one utterance, in order; only the last answers, and every
+    part but the last has `more` (more of its utterance follows)."""
 
     utterance: int
     text: str
@@ -84,6 +85,7 @@ class Final:
     end: float = 0.0
     speaker: str | None = None
     diarized: bool = False
+    more: bool = False
 
 
 @dataclass(frozen=True)

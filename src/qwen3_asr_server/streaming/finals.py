@@ -223,6 +223,7 @@ class Finals:
         # waited for it (it is still `last`), and is answered by its last event.
         if self.last is item:
             self.last = None  # a flush from now on is answered by its own final
+        events = [replace(event, more=True) for event in events[:-1]] + events[-1:]
         events[-1] = replace(events[-1], answers=tuple(item.answers))
         for event in events:
             await self._emit(event)

@@ -5,7 +5,8 @@ resampled like any 8 kHz PCM.
 
 A multichannel stream (`channels` > 1) sends interleaved frames (FreeSWITCH's stereo audio
 fork: left, right, left, ...); they come out as (samples, channels) arrays, resampled
-together, for a `ChannelGroup`.
+together, for a `ChannelGroup`, or, with `mix`, averaged into one mono session (Deepgram's
+`channels` without `multichannel`).
 
 A byte stream may be cut anywhere: the bytes of a frame not yet complete (the first byte of
 an s16le sample, or the first channels of a frame) wait for the next message, so every later
@@ -49,9 +50,15 @@ class Fed(Protocol):
 
 class PcmIngest:
     def __init__(
-        self, rate: int, max_seconds: float, encoding: Encoding = "pcm_s16le", channels: int = 1
+        self,
+        rate: int,
+        max_seconds: float,
+        encoding: Encoding = "pcm_s16le",
+        channels: int = 1,
+        mix: bool = False,
     ) -> None:
         self.rate = 0  # set below
+        self.mix = mix  # the channels averaged into one (a mono session)
         self.encoding: Encoding = encoding
         self.channels = channels
         self._empty = np.zeros((0, channels) if channels > 1 else 0, dtype=np.float32)
@@ -166,6 +173,8 @@ class PcmIngest:
                 self._resampler = self._new_resampler()
 
     async def _give(self, session: Fed, samples: np.ndarray) -> bool:
+        if self.mix and samples.ndim == 2:
+            samples = samples.mean(axis=1, dtype=np.float32)
         if session.samples_in + len(samples) > self.max_samples:
             return False
         await session.feed(samples)

@@ -1,0 +1,213 @@
+"""WS /v1/listen: Deepgram's live transcription protocol, over the same session core as
+/ws/transcribe and /v1/realtime (seats, outbox, finals never refused, priorities).
+
+The query (`query.py`) is checked before the handshake completes: a wrong key is refused
+with HTTP 401, a value we cannot serve with HTTP 400, a full server with 429, each with
+Deepgram's body (`err_code`, `err_msg`, `request_id`) and its `dg-error` and `dg-request-id`
+headers; an accepted handshake carries `dg-request-id` too. Once open, binary frames are
+audio (linear16, mulaw or alaw, at `sample_rate`, `channels` interleaved); text frames are
+`KeepAlive`, `Finalize` and `CloseStream` (`messages.py`); one we cannot use gets an `Error`
+message and the stream goes on. `CloseStream` (or an idle stream, DEEPGRAM_IDLE_TIMEOUT_S)
+finalises what is buffered, sends `Metadata` and closes (an idle one with 1011 `NET-0001`).
+With `multichannel=true` each channel is its own session (`ChannelGroup`); without it, the
+channels are mixed into one."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import MutableMapping
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from fastapi.responses import JSONResponse
+
+from ...errors import ServiceError
+from ...logging import REQUEST_ID
+from ...streaming.channels import ChannelGroup
+from ...streaming.events import Emit, StreamEvent
+from ...streaming.ingest import PcmIngest
+from ...streaming.session import StreamSession
+from ..deps import AppContext
+from ..live_speakers import check_available
+from ..ws_common import (
+    Ending,
+    Outbox,
+    any_key_ok,
+    base_config,
+    new_session,
+    register,
+    release,
+    serve_session,
+)
+from . import messages as m
+from .query import ListenQuery, QueryError, listen_tokens, parse_query
+from .wire import Wire, error
+
+router = APIRouter()
+SAMPLE_RATE = 16000
+
+
+async def refuse(websocket: WebSocket, status: int, code: str, message: str) -> None:
+    """Refuse the handshake with an HTTP error, as Deepgram does; a server without the
+    denial extension accepts, sends an `Error` and closes (1008 auth, else 1011)."""
+    request_id = REQUEST_ID.get()
+    body = m.HandshakeError(err_code=code, err_msg=message, request_id=request_id)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        header = message.encode("ascii", "replace").decode()
+        headers = {"dg-error": header, "dg-request-id": request_id}
+        await websocket.send_denial_response(JSONResponse(m.dump(body), status, headers))
+        return
+    await websocket.accept()
+    await websocket.send_json(error(message))
+    await websocket.close(1008 if status == 401 else 1011, code)
+
+
+@router.websocket("/v1/listen")
+async def listen(websocket: WebSocket) -> None:
+    ctx: AppContext = websocket.app.state.ctx
+    settings = ctx.settings
+    offered: list[str] = list(websocket.scope.get("subprotocols") or [])
+    if not any_key_ok(ctx, listen_tokens(websocket.headers.get("authorization"), offered)):
+        await refuse(websocket, 401, "INVALID_AUTH", "Invalid credentials.")
+        return
+    try:
+        query = parse_query(websocket.query_params)
+        decoding = ctx.transcriber.decoding(
+            language=query.language, keywords=query.keywords or None
+        )
+        if query.diarize:
+            check_available()
+    except (QueryError, ServiceError) as exc:
+        message = exc.message if isinstance(exc, ServiceError) else str(exc)
+        await refuse(websocket, 400, "Bad Request", message)
+        return
+    use_vad = query.endpointing is not False
+    config = replace(base_config(ctx, use_vad, decoding), diarize=query.diarize)
+    if query.endpointing:  # (milliseconds; False: no endpointing, None: WS_END_SILENCE_MS)
+        config = replace(config, end_silence_ms=query.endpointing)
+    width = query.channels if query.multichannel else 1
+    outbox = Outbox(websocket, settings.ws_outbox_size)
+    engine = ctx.manager.engine
+    wire = Wire(query, REQUEST_ID.get(), engine.model_id, engine.name, width)
+
+    def emitter(channel: int) -> Emit:
+        async def emit(event: StreamEvent) -> None:
+            position = lanes[channel].samples_in / SAMPLE_RATE
+            for message, droppable in wire.event(channel, event, position):
+                await outbox.put(message, droppable=droppable)
+
+        return emit
+
+    lanes = [new_session(ctx, config, emitter(c)) for c in range(width)]
+    session: StreamSession | ChannelGroup = lanes[0] if width == 1 else ChannelGroup(lanes)
+    refused = await register(ctx, session, outbox)
+    if refused:
+        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
+        return
+    ingest = PcmIngest(
+        query.sample_rate,
+        settings.ws_max_session_s,
+        query.encoding,
+        query.channels,
+        mix=query.channels > 1 and not query.multichannel,
+    )
+    stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
+    try:  # a client gone before the handshake ends gives its seat back
+        await websocket.accept(
+            subprotocol="token" if offered[:1] == ["token"] else None,
+            headers=[(b"dg-request-id", REQUEST_ID.get().encode("ascii", "replace"))],
+        )
+    except BaseException:
+        await release(ctx, websocket, session, outbox, "disconnect", ingest)
+        raise
+
+    def close_code(reason: str) -> tuple[int, str]:
+        return {"idle": (1011, "NET-0001"), "limit": (1011, "DATA-0001")}.get(reason, (1000, ""))
+
+    ending = Ending(settings.deepgram_idle_timeout_s, stream.farewell, close_code)
+    await serve_session(ctx, websocket, session, outbox, stream.on_message, None, ingest, ending)
+
+
+class Stream:
+    """One open stream's messages: audio, KeepAlive, Finalize, CloseStream."""
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        query: ListenQuery,
+        wire: Wire,
+        outbox: Outbox,
+        ingest: PcmIngest,
+        sessions: tuple[StreamSession | ChannelGroup, list[StreamSession]],
+    ) -> None:
+        self.ctx, self.query, self.wire, self.outbox, self.ingest = ctx, query, wire, outbox, ingest
+        self.session, self.lanes = sessions
+        self.created = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        self.created = self.created.replace("+00:00", "Z")
+        self.sha = hashlib.sha256()
+        self.received = 0  # audio bytes
+
+    async def on_message(self, received: MutableMapping[str, Any]) -> str | None:
+        data, text = received.get("bytes"), received.get("text")
+        limit = self.ctx.settings.ws_max_frame_bytes
+        size = len(data) if data is not None else len(text or "")
+        if size > limit:
+            msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
+            await self.outbox.put(error(msg))
+            return None
+        if data is not None:
+            return await self.audio(data)
+        if text is None:
+            return None
+        try:
+            message = m.parse_client(text)
+        except m.MessageError as exc:
+            await self.outbox.put(error(str(exc), text[:1000]))
+            return None
+        if isinstance(message, m.CloseStream):
+            return "close_stream"
+        if isinstance(message, m.Finalize):
+            await self.finalize(message.channel)
+        return None  # (a KeepAlive: the idle timer starts again)
+
+    async def audio(self, data: bytes) -> str | None:
+        if not data:
+            return None
+        if not await self.ingest.feed(self.session, data):
+            limit_s = self.ctx.settings.ws_max_session_s
+            msg = f"The stream reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
+            await self.outbox.put(error(msg))
+            return "limit"
+        self.sha.update(data)
+        self.received += len(data)
+        for c, lane in enumerate(self.lanes):
+            speaking = lane.turns.utterance is not None
+            position = lane.samples_in / SAMPLE_RATE
+            for message, _ in self.wire.utterance_end(c, position, speaking):
+                await self.outbox.put(message)
+        return None
+
+    async def finalize(self, channel: int | None) -> None:
+        """Every channel's buffered audio (or one channel's) finalised; a channel with
+        nothing buffered answers with an empty final."""
+        if channel is not None and self.query.multichannel and channel >= len(self.lanes):
+            await self.outbox.put(error(f"Finalize: no channel {channel}."))
+            return
+        await self.ingest.drain(self.session)
+        if isinstance(self.session, ChannelGroup):
+            await self.session.release()
+        for c, lane in enumerate(self.lanes):
+            if channel is not None and self.query.multichannel and c != channel:
+                continue
+            item = await lane.flush()
+            if item is None and not lane.answer_pending("flush"):
+                position = lane.samples_in / SAMPLE_RATE
+                await self.outbox.put(self.wire.finalized_nothing(c, position))
+
+    async def farewell(self, reason: str) -> None:
+        """Metadata, after the last final (CloseStream, idle, limit, shutdown)."""
+        sample_bytes = 2 if self.query.encoding == "pcm_s16le" else 1
+        duration = self.received / (self.query.sample_rate * sample_bytes * self.query.channels)
+        await self.outbox.put(self.wire.metadata(self.created, duration, self.sha.hexdigest()))

@@ -1,0 +1,154 @@
+"""WS /v1/listen's query, as Deepgram's SDK and the agent frameworks send it: booleans as
+`true`/`false`, lists as repeated parameters. Parsed once into `ListenQuery`; a value we
+cannot serve is a `QueryError` (the handshake is refused with HTTP 400). Parameters we do
+not use (`punctuate`, `smart_format`, `model`, `tag`, ...) are accepted and ignored
+(docs/DEEPGRAM.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from starlette.datastructures import QueryParams
+
+from ...audio.channels import MAX_CHANNELS
+from ...streaming.ingest import Encoding
+
+ENCODINGS: dict[str, Encoding] = {"linear16": "pcm_s16le", "mulaw": "mulaw", "alaw": "alaw"}
+RATES = (8000, 48000)  # the sample rates taken (any in between; resampled to 16 kHz)
+ENDPOINTING_FLOOR_MS = 300  # below it our voice detection would cut at every pause
+ENDPOINTING_CEILING_MS = 5000  # WS_END_SILENCE_MS's range
+UTTERANCE_END_MS = (1000, 5000)  # Deepgram's range for utterance_end_ms
+
+
+class QueryError(ValueError):
+    """A query value we cannot serve; the message names the parameter."""
+
+
+@dataclass(frozen=True)
+class ListenQuery:
+    encoding: Encoding = "pcm_s16le"
+    sample_rate: int = 16000
+    channels: int = 1
+    multichannel: bool = False
+    language: str | None = None  # ISO code; None: detect
+    keywords: list[str] = field(default_factory=list)
+    interim_results: bool = False
+    # end-of-speech silence in ms; None: WS_END_SILENCE_MS; Literal[False]: no endpointing
+    endpointing: int | Literal[False] | None = None
+    utterance_end_ms: int | None = None
+    vad_events: bool = False
+    diarize: bool = False
+
+
+def flag(query: QueryParams, name: str) -> bool:
+    value = (query.get(name) or "").strip().lower()
+    if value in ("", "false", "0", "no", "off"):
+        return False
+    if value in ("true", "1", "yes", "on"):
+        return True
+    raise QueryError(f"{name} must be true or false, not {query.get(name)!r}.")
+
+
+def integer(query: QueryParams, name: str, default: int, low: int, high: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise QueryError(f"{name} must be an integer, not {raw!r}.") from None
+    if not low <= value <= high:
+        raise QueryError(f"{name} must be {low} to {high}, not {value}.")
+    return value
+
+
+def keyword(value: str) -> str:
+    """Deepgram's `word:boost` (an intensifier) -> `word`; a colon in a term stays."""
+    word, colon, boost = value.rpartition(":")
+    if colon and word:
+        try:
+            float(boost)
+        except ValueError:
+            return value.strip()
+        return word.strip()
+    return value.strip()
+
+
+def language(raw: str | None) -> str | None:
+    """BCP-47 (`en-US`) -> its language (`en`); `multi` or none: detect."""
+    if not raw or raw.lower() == "multi":
+        return None
+    return raw.split("-")[0].lower()
+
+
+def parse_query(query: QueryParams) -> ListenQuery:
+    raw_encoding = query.get("encoding") or "linear16"
+    encoding = ENCODINGS.get(raw_encoding.lower())
+    if encoding is None:
+        raise QueryError(
+            f"encoding {raw_encoding!r} is not supported here: send raw audio as linear16, "
+            "mulaw or alaw (containers such as webm/opus are not streamed)."
+        )
+    default_rate = 16000 if encoding == "pcm_s16le" else 8000
+    sample_rate = integer(query, "sample_rate", default_rate, *RATES)
+    channels = integer(query, "channels", 1, 1, MAX_CHANNELS)
+    endpointing: int | Literal[False] | None = None
+    raw = (query.get("endpointing") or "").strip().lower()
+    if raw == "false":
+        endpointing = False
+    elif raw and raw != "true":
+        value = integer(query, "endpointing", 0, 0, 60_000)
+        endpointing = min(max(value, ENDPOINTING_FLOOR_MS), ENDPOINTING_CEILING_MS)
+    utterance_end = None
+    if query.get("utterance_end_ms"):
+        utterance_end = integer(query, "utterance_end_ms", 0, *UTTERANCE_END_MS)
+    words = [keyword(v) for name in ("keywords", "keyterm") for v in query.getlist(name)]
+    return ListenQuery(
+        encoding=encoding,
+        sample_rate=sample_rate,
+        channels=channels,
+        multichannel=flag(query, "multichannel"),
+        language=language(query.get("language")),
+        keywords=[w for w in words if w],
+        interim_results=flag(query, "interim_results"),
+        endpointing=endpointing,
+        utterance_end_ms=utterance_end,
+        vad_events=flag(query, "vad_events"),
+        diarize=flag(query, "diarize"),
+    )
+
+
+def listen_tokens(authorization: str | None, subprotocols: list[str]) -> list[str]:
+    """The keys a client offers: `Authorization: Token <key>` or `Bearer <key>`, or, from a
+    browser, the subprotocols `token, <key>`."""
+    scheme, _, token = (authorization or "").partition(" ")
+    tokens = [token.strip()] if scheme.lower() in ("token", "bearer") and token.strip() else []
+    if len(subprotocols) >= 2 and subprotocols[0].lower() == "token":
+        tokens += subprotocols[1:2]
+    return tokens
+
+
+@dataclass(frozen=True)
+class FileQuery:
+    """POST /v1/listen's query (pre-recorded): what it shares with the live one, plus
+    `utterances` and `paragraphs`."""
+
+    language: str | None = None
+    keywords: list[str] = field(default_factory=list)
+    multichannel: bool = False
+    diarize: bool = False
+    utterances: bool = False
+    paragraphs: bool = False
+
+
+def parse_file_query(query: QueryParams) -> FileQuery:
+    words = [keyword(v) for name in ("keywords", "keyterm") for v in query.getlist(name)]
+    return FileQuery(
+        language=language(query.get("language")),
+        keywords=[w for w in words if w],
+        multichannel=flag(query, "multichannel"),
+        diarize=flag(query, "diarize"),
+        utterances=flag(query, "utterances"),
+        paragraphs=flag(query, "paragraphs"),
+    )
