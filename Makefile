@@ -50,9 +50,13 @@ browser:
 
 # Third-party clients for tests/test_clients.py: the npm project (OpenAI Node SDK, Vercel AI
 # SDK) from its lock file, and LiteLLM in a venv of its own (it pins an older openai SDK than
-# the tests use). Each download is tried twice.
+# the tests use). The agent frameworks' Deepgram plugins for tests/test_agent_plugins.py get
+# a venv each (their pins clash with ours: docs/notes/issue52-frameworks.md). Each download
+# is tried twice.
 CLIENTS := tests/clients
 LITELLM := litellm==1.106.2
+LIVEKIT := livekit-plugins-deepgram==1.8.9 livekit-agents==1.8.9
+PIPECAT := "pipecat-ai[deepgram]==1.14.0" deepgram-sdk==7.16.0
 
 $(CLIENTS)/node_modules/.installed: $(CLIENTS)/package-lock.json
 	cd $(CLIENTS) && { npm ci --no-audit --no-fund || npm ci --no-audit --no-fund; }
@@ -64,7 +68,20 @@ $(CLIENTS)/.venv-litellm/.installed:
 		$(CLIENTS)/.venv-litellm/bin/pip install -q "$(LITELLM)"
 	touch $@
 
-clients: $(CLIENTS)/node_modules/.installed $(CLIENTS)/.venv-litellm/.installed
+$(CLIENTS)/.venv-livekit/.installed:
+	$(PYTHON) -m venv $(CLIENTS)/.venv-livekit
+	$(CLIENTS)/.venv-livekit/bin/pip install -q $(LIVEKIT) || \
+		$(CLIENTS)/.venv-livekit/bin/pip install -q $(LIVEKIT)
+	touch $@
+
+$(CLIENTS)/.venv-pipecat/.installed:
+	$(PYTHON) -m venv $(CLIENTS)/.venv-pipecat
+	$(CLIENTS)/.venv-pipecat/bin/pip install -q $(PIPECAT) || \
+		$(CLIENTS)/.venv-pipecat/bin/pip install -q $(PIPECAT)
+	touch $@
+
+clients: $(CLIENTS)/node_modules/.installed $(CLIENTS)/.venv-litellm/.installed \
+	$(CLIENTS)/.venv-livekit/.installed $(CLIENTS)/.venv-pipecat/.installed
 
 test: install-dev lint browser clients
 	$(BIN)/python -m pytest tests
