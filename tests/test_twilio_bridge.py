@@ -1,0 +1,121 @@
+"""docs/CALLS.md's Twilio Media Streams bridge (examples/twilio_bridge.py, issue 52) run as
+its own uvicorn process against a real server: a test plays Twilio, sending a two-sided call
+as Twilio's `connected`/`start`/`media`/`stop` messages (base64 8 kHz mu-law, both tracks),
+and reads the transcripts the bridge prints."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+from websockets.sync.client import connect
+
+from calls import AGENT, CUSTOMER, call_tracks, reference
+from helpers import whisper_settings
+from qwen3_asr_server.app import create_app
+from qwen3_asr_server.audio import g711
+from server import LiveServer, free_port, live_server
+from wer import wer
+
+pytestmark = pytest.mark.slow
+KEY = "bridge-key"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CHUNK = 160  # 20 ms of 8 kHz mu-law, as Twilio sends it
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
+        yield srv
+
+
+@pytest.fixture
+def bridge(server: LiveServer) -> Iterator[tuple[str, queue.Queue[str]]]:
+    port = free_port()
+    env = {**os.environ, "ASR_URL": server.url.replace("http://", "ws://"), "API_KEY": KEY}
+    cmd = [sys.executable, "-m", "uvicorn", "twilio_bridge:app", "--app-dir", str(EXAMPLES)]
+    proc = subprocess.Popen(
+        [*cmd, "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout or ():
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    url = f"ws://127.0.0.1:{port}/twilio"
+    deadline = time.monotonic() + 30
+    while True:  # ready once it accepts a socket
+        try:
+            connect(url, open_timeout=2).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the bridge did not start"
+            time.sleep(0.1)
+    try:
+        yield url, lines
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def twilio_media(track: str, payload: bytes, n: int) -> str:
+    media = {"track": track, "chunk": str(n), "timestamp": str(20 * n)}
+    media["payload"] = base64.b64encode(payload).decode()
+    return json.dumps({"event": "media", "sequenceNumber": str(n + 2), "media": media})
+
+
+def test_a_two_sided_call_through_twilio_messages_is_transcribed_per_track(
+    bridge: tuple[str, queue.Queue[str]],
+) -> None:
+    url, lines = bridge
+    tracks, _ = call_tracks()  # channel 0 the agent (Twilio's outbound), 1 the customer
+    ulaw = [g711.encode(soxr.resample(t, 16000, 8000).astype(np.float32), "mulaw") for t in tracks]
+    start = {
+        "callSid": "CA123",
+        "streamSid": "MZ456",
+        "tracks": ["inbound", "outbound"],
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+    }
+    with connect(url) as ws:
+        ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+        ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "start": start}))
+        for n, at in enumerate(range(0, len(ulaw[0]), CHUNK)):
+            ws.send(twilio_media("inbound", ulaw[1][at : at + CHUNK], n))
+            ws.send(twilio_media("outbound", ulaw[0][at : at + CHUNK], n))
+            time.sleep(0.01)  # twice real time: the call is 20 ms a message
+        ws.send(json.dumps({"event": "stop", "sequenceNumber": "9999", "stop": {}}))
+        said: dict[str, list[dict[str, object]]] = {"inbound": [], "outbound": []}
+        seconds = len(ulaw[0]) / 8000
+        deadline = time.monotonic() + 60
+        done: set[str] = set()
+        while done != {"inbound", "outbound"}:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            got = json.loads(line)  # the bridge prints JSON lines only: a traceback fails here
+            assert got["call"] == "CA123" and "error" not in got, got
+            if got.get("done"):
+                done.add(str(got["track"]))
+            else:
+                said[str(got["track"])].append(got)
+    for track, side in (("inbound", CUSTOMER), ("outbound", AGENT)):
+        text = " ".join(str(t["text"]) for t in said[track])
+        assert wer([reference(side)], [text]) <= 0.35, (track, text)
+        times = [(float(t["start"]), float(t["end"])) for t in said[track]]  # type: ignore[arg-type]
+        assert all(0 <= a < b <= seconds + 0.1 for a, b in times), times
+        assert times == sorted(times), times
