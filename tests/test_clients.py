@@ -122,7 +122,16 @@ def run(args: list[str], env: dict[str, str], timeout: float = 120) -> dict[str,
 
 
 def close(text: str, reference: str) -> bool:
-    return wer(reference, text) < 0.35
+    """Word error rate under 0.35 (wer() takes lists: strings were compared character by
+    character, and raised unless both had the same length)."""
+    return wer([reference], [text]) < 0.35
+
+
+def test_close_scores_words() -> None:
+    _, reference = sentence()  # "Please call me back when you get home tonight."
+    assert close(reference.rstrip(".").lower(), reference)  # before: ValueError (lengths)
+    assert close(reference.replace("tonight", "to night"), reference)
+    assert not close("Please call me", reference)
 
 
 # -- OpenAI Node SDK -------------------------------------------------------------------------
