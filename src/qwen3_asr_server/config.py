@@ -85,9 +85,8 @@ class Settings(BaseSettings):
     """Remote engine: bearer key the backends expect (vLLM's `--api-key`); not sent to a
     backend whose URL carries credentials."""
     remote_max_inflight: int = Field(default=4, ge=1, le=256)
-    """Remote engine: jobs sent to one backend at once, never more (while other backends are
-    down, jobs wait for a slot). The front runs as many jobs at once as all backends
-    together take."""
+    """Remote engine: jobs sent to one backend at once, never more (while other backends are down,
+    jobs wait for a slot). The front runs as many jobs at once as all backends together take."""
     remote_probe_interval: float = Field(default=5.0, gt=0, le=300)
     """Remote engine: seconds between health probes of a backend that is up; a backend that
     is down is probed again after 1, 2, 4 ... seconds up to this."""
@@ -223,6 +222,8 @@ class Settings(BaseSettings):
     """A session that sends nothing for this many seconds is finalized and closed."""
     deepgram_idle_timeout_s: float = Field(default=10.0, gt=0)
     """WS /v1/listen: no audio nor KeepAlive this long -> finalized, closed (1011 NET-0001)."""
+    listen_url_hosts: str | None = None
+    """Hosts POST /v1/listen may fetch a JSON body's `url` from (`a.org,*.b.org`); empty: none."""
     ws_outbox_size: int = Field(default=64, ge=4)
     """Events queued for a slow client; beyond it partials are dropped, and a client that
     does not read its finals is disconnected."""
@@ -263,8 +264,7 @@ class Settings(BaseSettings):
     call the API (CORS, preflights included). Empty: no CORS headers."""
 
     log_level: str = "INFO"
-    """Minimum log level: TRACE, DEBUG, INFO, SUCCESS, WARNING (WARN), ERROR, CRITICAL
-    (FATAL)."""
+    """Minimum log level: TRACE, DEBUG, INFO, SUCCESS, WARNING (WARN), ERROR, CRITICAL (FATAL)."""
     log_json: bool = False
     """Write one JSON object per log line."""
 

@@ -1,4 +1,3 @@
-"""Deepgram's API at /v1/listen (docs/DEEPGRAM.md): voice agents built on Deepgram's SDK,
-Pipecat or LiveKit point their base URL here. `live.py`: the WebSocket route; `query.py`:
-its query; `messages.py`: every message as a model; `wire.py`: stream events -> messages;
-`prerecorded.py` with `response.py`: the pre-recorded POST."""
+"""Deepgram's API at /v1/listen (docs/DEEPGRAM.md) for Deepgram's SDK, Pipecat, LiveKit:
+`live.py`, `query.py`, `messages.py`, `wire.py` (live); `prerecorded.py`, `response.py`,
+`fetch.py` (the POST, a URL's fetch). CLAUDE.md's map says what each one does."""

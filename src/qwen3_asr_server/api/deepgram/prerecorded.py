@@ -1,22 +1,26 @@
 """POST /v1/listen: Deepgram's pre-recorded transcription. The audio is the raw body, in any
 format the upload routes decode (read within the same limits and budget: `api/uploads.py`);
-word times are always asked for. A JSON body (`{"url": ...}`) is refused: this server does
-not fetch URLs. Errors are Deepgram's shape (`err_code`, `err_msg`, `request_id`) with our
-statuses (api/error_table.py)."""
+word times are always asked for. A JSON body (`{"url": ...}`) is refused unless
+LISTEN_URL_HOSTS lists hosts to fetch from: then the URL's content, fetched and guarded by
+`fetch.py`, takes the raw body's path. Errors are Deepgram's shape (`err_code`, `err_msg`,
+`request_id`) with our statuses (api/error_table.py); a URL the server could not fetch
+(502) is Deepgram's `REMOTE_CONTENT_ERROR`."""
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
 from fastapi import APIRouter, Request, UploadFile
 from fastapi.responses import JSONResponse
+from loguru import logger
 from starlette.datastructures import Headers
 
 from ...errors import BadRequestError, ServiceError
-from ...logging import REQUEST_ID
+from ...logging import REQUEST_ID, redact_url
 from ...outputs.diarization import SpeakerTranscriber
 from ...transcription.channels import channel_names, transcribe_channels
 from ...transcription.service import Options
@@ -24,12 +28,14 @@ from ..deps import AppContext
 from ..disconnect import unless_client_leaves
 from ..error_table import http_status
 from ..uploads import read_channels, read_upload
+from .fetch import UrlFetcher, host_patterns
 from .query import QueryError, parse_file_query
 from .response import file_body
 from .wire import model_identity
 
 router = APIRouter()
 SPOOL_BYTES = 1 << 20  # kept in memory up to this, then on disk (as multipart uploads)
+MAX_JSON_BYTES = 16384  # a JSON body: {"url": ...}
 ERR_CODES = {
     400: "Bad Request",
     401: "INVALID_AUTH",
@@ -38,9 +44,12 @@ ERR_CODES = {
 }
 
 
-def deepgram_error(status: int, message: str, retry_after: float | None = None) -> JSONResponse:
+def deepgram_error(
+    status: int, message: str, retry_after: float | None = None, code: str | None = None
+) -> JSONResponse:
     body = {
-        "err_code": ERR_CODES.get(status, "INTERNAL_SERVER_ERROR" if status >= 500 else "ERROR"),
+        "err_code": code
+        or ERR_CODES.get(status, "INTERNAL_SERVER_ERROR" if status >= 500 else "ERROR"),
         "err_msg": message,
         "request_id": REQUEST_ID.get(),
     }
@@ -48,22 +57,72 @@ def deepgram_error(status: int, message: str, retry_after: float | None = None) 
     return JSONResponse(body, status, headers)
 
 
+class Spool:
+    """The audio (the raw body, or a URL's content) as it comes, spooled, and its sha256."""
+
+    def __init__(self) -> None:
+        self.file = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the upload's)
+        self.sha, self.size = hashlib.sha256(), 0
+
+    def write(self, chunk: bytes) -> None:
+        self.file.write(chunk)
+        self.sha.update(chunk)
+        self.size += len(chunk)
+
+    def upload(self, kind: str, empty: str) -> tuple[UploadFile, str]:
+        """An upload of it (what the upload routes read), and its sha256."""
+        self.file.seek(0)
+        if not self.size:
+            self.file.close()
+            raise BadRequestError(empty, param="body")
+        file: Any = self.file  # (a binary file: what UploadFile reads)
+        upload = UploadFile(file, size=self.size, headers=Headers({"content-type": kind}))
+        return upload, self.sha.hexdigest()
+
+
 async def body_file(request: Request) -> tuple[UploadFile, str]:
     """The raw body as an upload (spooled), and its sha256."""
-    spool = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the upload owns it)
-    sha, size = hashlib.sha256(), 0
+    spool = Spool()
     async for chunk in request.stream():
         spool.write(chunk)
-        sha.update(chunk)
-        size += len(chunk)
-    spool.seek(0)
-    if not size:
-        spool.close()
-        raise BadRequestError("Send the audio as the request body.", param="body")
     kind = request.headers.get("content-type") or "application/octet-stream"
-    file: Any = spool  # (a binary file: what UploadFile reads)
-    upload = UploadFile(file, size=size, headers=Headers({"content-type": kind}))
-    return upload, sha.hexdigest()
+    return spool.upload(kind, "Send the audio as the request body.")
+
+
+async def url_file(ctx: AppContext, request: Request) -> tuple[UploadFile, str]:
+    """A JSON body's URL, fetched from an allowed host (LISTEN_URL_HOSTS, `fetch.py`) within
+    MAX_UPLOAD_MB, as an upload (spooled), and its sha256."""
+    hosts = host_patterns(ctx.settings.listen_url_hosts)
+    if not hosts:
+        raise BadRequestError(
+            "This server does not fetch audio from URLs (LISTEN_URL_HOSTS is empty): send the "
+            "audio itself as the body (with its content type).",
+            param="url",
+        )
+    url = await json_url(request)
+    spool = Spool()
+    try:
+        kind = await UrlFetcher(hosts, ctx.settings.max_upload_bytes).fetch(url, spool.write)
+    except BaseException:
+        spool.file.close()
+        raise
+    logger.info("listen: {} bytes fetched from {}", spool.size, redact_url(url.split("?")[0]))
+    return spool.upload(kind, "The URL's content is empty.")
+
+
+async def json_url(request: Request) -> str:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_JSON_BYTES:
+            raise BadRequestError(f"The JSON body is over {MAX_JSON_BYTES} bytes.", param="url")
+    try:
+        url = json.loads(body)["url"]
+    except (ValueError, TypeError, KeyError):
+        url = None
+    if not isinstance(url, str):
+        raise BadRequestError('A JSON body must be {"url": "https://..."}.', param="url")
+    return url
 
 
 # Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
@@ -75,18 +134,14 @@ async def listen_file(request: Request) -> JSONResponse:
     except QueryError as exc:
         return deepgram_error(400, str(exc))
     except ServiceError as exc:
-        return deepgram_error(http_status(exc), exc.message, exc.retry_after)
+        status = http_status(exc)
+        code = "REMOTE_CONTENT_ERROR" if status >= 500 and exc.param == "url" else None
+        return deepgram_error(status, exc.message, exc.retry_after, code)
 
 
 async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
     query = parse_file_query(request.query_params)
     kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
-    if kind == "application/json":
-        raise BadRequestError(
-            "This server does not fetch audio from URLs: send the audio itself as the body "
-            "(with its content type).",
-            param="url",
-        )
     decoding = ctx.transcriber.decoding(
         language=query.language,
         keywords=query.keywords or None,
@@ -95,7 +150,10 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
     )
     options = Options(decoding)
     created = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-    upload, sha256 = await body_file(request)
+    if kind == "application/json":
+        upload, sha256 = await url_file(ctx, request)
+    else:
+        upload, sha256 = await body_file(request)
     try:
         if query.multichannel:
             tracks = await read_channels(ctx, request, upload)
