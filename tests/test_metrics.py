@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
 
 import speech
 from helpers import whisper_settings
@@ -66,9 +68,57 @@ def test_counters_move_with_uploads_and_streams() -> None:
     assert value(after, "asr_real_time_factor_count", engine="whisper") >= 2
     batches = sum(value(after, "asr_batch_size_count", priority=p) for p in ("batch", "final"))
     assert batches >= 2
-    assert value(after, "asr_stream_final_latency_seconds_count") >= 1
+    assert value(after, "asr_stream_final_latency_seconds_count", route="/ws/transcribe") >= 1
     assert "asr_streaming_sessions" in {name for name, _ in after}
     assert value(after, "asr_worker_restarts_total") == 0
+
+
+LIVE_ROUTES = ("/ws/transcribe", "/v1/listen", "/v1/realtime")
+
+
+def test_live_streams_are_counted_and_timed_by_route() -> None:
+    """Issue 52: a /ws/transcribe stream and a /v1/listen stream open at once are a sample
+    each of the sessions and seats gauges (/v1/realtime's at 0, every sum the old total),
+    and each one's final is observed under its own route. A WebSocket stream is not an HTTP
+    request: neither route shows in asr_http_requests."""
+    audio = pcm16(np.concatenate([load("sentence_02.wav"), np.zeros(16000, np.float32)]))
+    with live_server(create_app(whisper_settings(api_key="k3y"))) as srv:
+        srv_url = srv.url
+        listen_url = srv_url.replace("http://", "ws://") + "/v1/listen?encoding=linear16"
+        dg = {"Authorization": "Token k3y"}
+        with (
+            open_ws(srv_url, api_key="k3y") as ws,
+            connect(listen_url, additional_headers=dg) as dg_ws,
+        ):
+            assert json.loads(ws.recv(timeout=10))["status"] == "connected"
+            both = scrape(srv_url)
+            for name in ("asr_streaming_sessions", "asr_streaming_seats"):
+                by_route = {r: value(both, name, route=r) for r in LIVE_ROUTES}
+                assert by_route == {"/ws/transcribe": 1, "/v1/listen": 1, "/v1/realtime": 0}
+            ws.send(audio)
+            dg_ws.send(audio)
+            while not json.loads(ws.recv(timeout=30)).get("is_final"):
+                pass
+            while not json.loads(dg_ws.recv(timeout=30)).get("speech_final"):
+                pass
+
+            # (a final is observed just after it is queued to its client: poll a little)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                samples = scrape(srv_url)
+                counts = [
+                    value(samples, "asr_stream_final_latency_seconds_count", route=route)
+                    for route in LIVE_ROUTES[:2]
+                ]
+                if min(counts) >= 1:
+                    break
+            assert min(counts) >= 1, counts
+        after = scrape(srv_url)
+    assert value(after, "asr_stream_final_latency_seconds_count", route="/v1/realtime") == 0
+    http_routes = {
+        dict(labels).get("route") for name, labels in after if name.startswith("asr_http")
+    }
+    assert not http_routes & set(LIVE_ROUTES), http_routes
 
 
 def test_scraping_never_imports_torch(tiny_qwen_dir: Path) -> None:
@@ -116,7 +166,7 @@ def test_engine_histograms_count_a_value_on_a_bound_in_that_bucket() -> None:
     from prometheus_client.core import HistogramMetricFamily
 
     from qwen3_asr_server.engines.status import Buckets
-    from qwen3_asr_server.runtime.metrics import _add
+    from qwen3_asr_server.runtime.histograms import add_snapshot
 
     buckets = Buckets(bounds=(0.1, 1))  # an int bound is spelt as prometheus_client does: 1.0
     for v in (0.1, 0.5, 1.0, 7.0):
@@ -124,7 +174,7 @@ def test_engine_histograms_count_a_value_on_a_bound_in_that_bucket() -> None:
     snap = buckets.snapshot()
     assert snap.counts == (1, 2, 1) and snap.count == 4 and snap.total == 8.6
     family = HistogramMetricFamily("x_seconds", "x", labels=[])
-    _add(family, [], snap)
+    add_snapshot(family, [], snap)
     got = {(s.name, s.labels.get("le")): s.value for s in family.samples}
     assert got[("x_seconds_bucket", "0.1")] == 1 and got[("x_seconds_bucket", "1.0")] == 3
     assert got[("x_seconds_bucket", "+Inf")] == 4 == got[("x_seconds_count", None)]

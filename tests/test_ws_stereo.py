@@ -127,7 +127,8 @@ def test_a_stereo_stream_takes_a_seat_per_channel(server: LiveServer) -> None:
         assert httpx.get(server.url + "/health").json()["streaming_sessions"] == 2
         # the metrics count one stream and its two seats (issue 49: the stream counted two)
         gauges = metric_values(server)
-        assert (gauges["asr_streaming_sessions"], gauges["asr_streaming_seats"]) == (1, 2)
+        on = '{route="/ws/transcribe"}'  # (issue 52: by route)
+        assert (gauges["asr_streaming_sessions" + on], gauges["asr_streaming_seats" + on]) == (1, 2)
         with open_ws(server.url, channels="2") as second:
             refused = json.loads(second.recv(timeout=30))
         assert refused["code"] == "TOO_MANY_SESSIONS" and "each channel" in refused["message"]
@@ -137,7 +138,7 @@ def test_a_stereo_stream_takes_a_seat_per_channel(server: LiveServer) -> None:
 
 
 def metric_values(server: LiveServer) -> dict[str, float]:
-    """The unlabelled samples of /metrics, by name."""
+    """The samples of /metrics by name, labels as written (`name{route="/ws/transcribe"}`)."""
     text = httpx.get(server.url + "/metrics", timeout=30).text
     lines = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     return {parts[0]: float(parts[1]) for parts in lines if len(parts) == 2}

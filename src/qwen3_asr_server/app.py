@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from loguru import logger
+from starlette.routing import WebSocketRoute
 
 from . import __version__
 from .api import (
@@ -129,6 +130,15 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             voices=voices,
         )
 
+        # every live route has its series in /metrics, at 0 while none of its streams is open
+        live = (ws_transcribe.router, realtime.router, deepgram_live.router)
+        idle_routes = {
+            r.path: (0, 0)
+            for router in live
+            for r in router.routes
+            if isinstance(r, WebSocketRoute)
+        }
+
         def state() -> dict[str, Any]:
             status = chosen.status()
             max_lag, pending_finals = sessions.lag()
@@ -136,8 +146,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 "model_loaded": manager.loaded,
                 "load_seconds": manager.last_load_seconds,
                 "queue_depth": scheduler.depth,
-                "sessions": sessions.streams,
-                "seats": len(sessions),
+                "stream_routes": {**idle_routes, **sessions.by_route()},
                 "stream_max_lag": max_lag,
                 "stream_pending_final_seconds": pending_finals,
                 "vad": vad.batcher.stats(),

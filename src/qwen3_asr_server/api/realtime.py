@@ -32,6 +32,7 @@ from .ws_common import (
     new_session,
     register,
     release,
+    route_of,
     serve_session,
     websocket_api_key_ok,
 )
@@ -75,8 +76,8 @@ async def realtime(websocket: WebSocket) -> None:
         if converted is not None:
             await outbox.put(converted)
 
-    session = new_session(ctx, config, emit)
-    refused = await register(ctx, session, outbox)
+    session = new_session(ctx, config, emit, route_of(websocket))
+    refused = await register(ctx, session, outbox, route_of(websocket))
     if refused:
         await websocket.send_json(error_event(refused, "too_many_sessions"))
         await websocket.close(1013)

@@ -136,13 +136,19 @@ class Outbox:
         self._task.cancel()
 
 
-def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSession:
+def route_of(websocket: WebSocket) -> str:
+    """The route template a stream came by: the `route` label of its metrics, as on HTTP's."""
+    return getattr(websocket.scope.get("route"), "path", None) or get_route_path(websocket.scope)
+
+
+def new_session(ctx: AppContext, config: StreamConfig, emit: Emit, route: str) -> StreamSession:
     """Partials are fast drafts on whisper (a short encoder window); only their confident
     words become stable, so Realtime API deltas, which clients append, rarely disagree with
     the final (4% of delta words against 16% with full-window partials, LEARNING_LOG.md).
     Every partial and final is decoded with the session's template (`config.decoding`:
     language, candidates, prompt, keywords, and logprobs when the session asks: Realtime
-    deltas carry the tokens of the partial they came from)."""
+    deltas carry the tokens of the partial they came from). Its finals' latency is observed
+    under `route` (`route_of`)."""
 
     async def transcribe(
         audio: AudioSource, decoding: TranscribeRequest, partial: bool
@@ -162,7 +168,7 @@ def new_session(ctx: AppContext, config: StreamConfig, emit: Emit) -> StreamSess
         return Heard(result.text, result.language, logprobs, result.usage)
 
     metrics = ctx.metrics
-    observe = metrics.final_latency.observe
+    observe = metrics.final_latency.labels(route).observe
     lag = metrics.stream_lag.observe
     session = StreamSession(config, transcribe, emit, ctx.vad, observe, lag, ctx.voices)
     return session
@@ -189,12 +195,12 @@ def base_config(
 
 
 async def register(
-    ctx: AppContext, session: StreamSession | ChannelGroup, outbox: Outbox
+    ctx: AppContext, session: StreamSession | ChannelGroup, outbox: Outbox, route: str
 ) -> str | None:
-    """Add the session to the bounded registry (a ChannelGroup takes a seat per channel);
-    on refusal, release it and say why."""
+    """Add the session to the bounded registry (a ChannelGroup takes a seat per channel),
+    counted under `route`; on refusal, release it and say why."""
     try:
-        ctx.sessions.add(session, outbox.drain)
+        ctx.sessions.add(session, outbox.drain, route)
     except SessionLimitError as exc:
         await session.close("rejected")
         await outbox.close()

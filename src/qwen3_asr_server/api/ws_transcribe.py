@@ -42,6 +42,7 @@ from .ws_common import (
     choose_subprotocol,
     new_session,
     register,
+    route_of,
     serve_session,
     websocket_api_key_ok,
 )
@@ -159,11 +160,13 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         return emit
 
     config = replace(base_config(ctx, use_vad, decoding), diarize=diarize)
+    route = route_of(websocket)
     lanes = [
-        new_session(ctx, config, emitter(c if channels > 1 else None)) for c in range(channels)
+        new_session(ctx, config, emitter(c if channels > 1 else None), route)
+        for c in range(channels)
     ]
     session: StreamSession | ChannelGroup = lanes[0] if channels == 1 else ChannelGroup(lanes)
-    refused = await register(ctx, session, outbox)
+    refused = await register(ctx, session, outbox, route)
     if refused:
         await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
         return

@@ -8,9 +8,7 @@ never drives it, and never imports torch.
 
 from __future__ import annotations
 
-import bisect
 import gc
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,10 +20,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from ..audio.vad import VADStats
 from ..engines.status import LATENCY_BOUNDS, HistogramSnapshot
+from .histograms import GCPauses, add_snapshot
 
 PRIORITY_NAMES = {0: "final", 1: "partial", 2: "batch"}
 LATENCY_BUCKETS = LATENCY_BOUNDS
@@ -84,11 +82,11 @@ class Metrics:
         )
         self.final_latency = Histogram(
             "asr_stream_final_latency_seconds",
-            "Streaming: end of speech (the closing silence complete) to the final sent.",
+            "Streaming: end of speech (the closing silence complete) to the final sent, by route.",
+            ["route"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-
         self.stream_lag = Histogram(
             "asr_stream_lag_seconds",
             "Streaming: each audio message's processing, from the session taking it (waiting "
@@ -149,14 +147,6 @@ class StateCollector(Collector):
             "asr_model_loaded": ("1 when the model is loaded.", s["model_loaded"]),
             "asr_model_load_seconds": ("Duration of the last model load.", s["load_seconds"]),
             "asr_queue_depth": ("Jobs waiting in the inference queue.", s["queue_depth"]),
-            "asr_streaming_sessions": (
-                "Streaming sessions open (live streams; a stereo call is one).",
-                s["sessions"],
-            ),
-            "asr_streaming_seats": (
-                "Seats of WS_MAX_SESSIONS taken: one per channel of every live stream.",
-                s["seats"],
-            ),
             "asr_stream_max_lag_seconds": (
                 "The largest lag of a live stream now: seconds since the audio it is processing "
                 "arrived (0 when every stream is up to date).",
@@ -195,10 +185,29 @@ class StateCollector(Collector):
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=float(value))
+        yield from _stream_gauges(s["stream_routes"])
         yield from _vad_metrics(s["vad"])
         yield from _backend_metrics(s.get("backends", []))
         yield from _backend_histograms(s.get("backend_slot_wait"), s.get("backend_latency", ()))
         yield from _download_metrics(s.get("download"), bool(s.get("fallback")))
+
+
+def _stream_gauges(routes: dict[str, tuple[int, int]]) -> Iterator[Metric]:
+    """Live streams and their seats by route (summed over route: every stream, every seat)."""
+    streams = GaugeMetricFamily(
+        "asr_streaming_sessions",
+        "Streaming sessions open (live streams; a stereo call is one), by route.",
+        labels=["route"],
+    )
+    seats = GaugeMetricFamily(
+        "asr_streaming_seats",
+        "Seats of WS_MAX_SESSIONS taken: one per channel of every live stream, by route.",
+        labels=["route"],
+    )
+    for route, (count, taken) in sorted(routes.items()):
+        streams.add_metric([route], float(count))
+        seats.add_metric([route], float(taken))
+    yield from (streams, seats)
 
 
 def _download_metrics(download: dict[str, Any] | None, fallback: bool) -> Iterator[Metric]:
@@ -279,14 +288,6 @@ def _vad_metrics(vad: VADStats) -> Iterator[Metric]:
     )
 
 
-def _add(family: HistogramMetricFamily, labels: list[str], snap: HistogramSnapshot) -> None:
-    cumulative, running = [], 0
-    for bound, count in zip((*snap.bounds, float("inf")), snap.counts, strict=True):
-        running += count
-        cumulative.append((floatToGoString(bound), float(running)))
-    family.add_metric(labels, cumulative, sum_value=snap.total)
-
-
 def _backend_histograms(
     slot_wait: HistogramSnapshot | None, latency: tuple[tuple[str, HistogramSnapshot], ...]
 ) -> Iterator[Metric]:
@@ -299,7 +300,7 @@ def _backend_histograms(
         "Time a job waited for a free backend slot (every usable backend full).",
         labels=[],
     )
-    _add(wait, [], slot_wait)
+    add_snapshot(wait, [], slot_wait)
     answer = HistogramMetricFamily(
         "asr_backend_latency_seconds",
         "Time from a job sent to a remote backend to its answer (the backend's queueing "
@@ -307,44 +308,5 @@ def _backend_histograms(
         labels=["backend"],
     )
     for url, snap in latency:
-        _add(answer, [url], snap)
+        add_snapshot(answer, [url], snap)
     yield from (wait, answer)
-
-
-class GCPauses(Collector):
-    """How long each garbage collection stopped the process, per generation. The callback
-    takes no lock: a collection can start while this thread holds any lock (a scrape's), and
-    only one collection runs at a time, so plain counters are safe; a scrape may read one
-    collection late."""
-
-    BOUNDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
-
-    def __init__(self) -> None:
-        self._counts = [[0] * (len(self.BOUNDS) + 1) for _ in range(3)]
-        self._sums = [0.0, 0.0, 0.0]
-        self._started = 0.0
-
-    def callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        generation = info.get("generation")
-        if self._started and generation in (0, 1, 2):
-            pause = time.perf_counter() - self._started
-            self._counts[generation][bisect.bisect_left(self.BOUNDS, pause)] += 1
-            self._sums[generation] += pause
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            "asr_gc_pause_seconds",
-            "Python garbage collections by generation: how long each stopped the process "
-            "(the event loop included).",
-            labels=["generation"],
-        )
-        for g in range(3):
-            snap = HistogramSnapshot(self.BOUNDS, tuple(self._counts[g]), self._sums[g])
-            _add(family, [str(g)], snap)
-        yield family

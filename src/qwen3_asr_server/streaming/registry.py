@@ -41,19 +41,25 @@ class SessionRegistry:
         self.max_sessions = max_sessions
         self._sessions: dict[Live, Drain | None] = {}  # seated
         self._gone: set[Live] = set()  # their clients have left; finals still running
+        self._routes: dict[Live, str] = {}  # each session's route (metrics' `route` label)
         self.closing = False  # the server is shutting down: no new sessions
 
     def __len__(self) -> int:
         """Seats taken: one per channel of every live session."""
         return sum(s.channels for s in self._sessions)
 
-    @property
-    def streams(self) -> int:
-        """Live streams: one per session, whatever its channels (a stereo call is one)."""
-        return len(self._sessions)
+    def by_route(self) -> dict[str, tuple[int, int]]:
+        """Live streams (a stereo call is one) and the seats they take, by route; summed
+        over routes: every live stream, and `len`."""
+        counts: dict[str, tuple[int, int]] = {}
+        for session in self._sessions:
+            streams, seats = counts.get(self._routes[session], (0, 0))
+            counts[self._routes[session]] = (streams + 1, seats + session.channels)
+        return counts
 
-    def add(self, session: Live, drain: Drain | None = None) -> None:
-        """`drain` waits until the session's events have reached its client."""
+    def add(self, session: Live, drain: Drain | None = None, route: str = "") -> None:
+        """`drain` waits until the session's events have reached its client; `route` is the
+        endpoint it came by (`/ws/transcribe`, `/v1/realtime`, `/v1/listen`)."""
         if self.closing:
             raise SessionLimitError("The server is shutting down; reconnect shortly.")
         if len(self) + session.channels > self.max_sessions:
@@ -63,6 +69,7 @@ class SessionRegistry:
                 "retry later."
             )
         self._sessions[session] = drain
+        self._routes[session] = route
 
     def leave(self, session: Live) -> None:
         """Its client has left: the seat is free for another while its finals run, unless
@@ -89,6 +96,7 @@ class SessionRegistry:
     def remove(self, session: Live) -> None:
         self._sessions.pop(session, None)
         self._gone.discard(session)
+        self._routes.pop(session, None)
 
     async def close_all(self, timeout: float | None = None, force: Force = None) -> None:
         """Server shutdown: every open utterance gets its final, for at most `timeout`

@@ -39,6 +39,7 @@ from ..ws_common import (
     new_session,
     register,
     release,
+    route_of,
     serve_session,
 )
 from . import messages as m
@@ -100,9 +101,9 @@ async def listen(websocket: WebSocket) -> None:
 
         return emit
 
-    lanes = [new_session(ctx, config, emitter(c)) for c in range(width)]
+    lanes = [new_session(ctx, config, emitter(c), route_of(websocket)) for c in range(width)]
     session: StreamSession | ChannelGroup = lanes[0] if width == 1 else ChannelGroup(lanes)
-    refused = await register(ctx, session, outbox)
+    refused = await register(ctx, session, outbox, route_of(websocket))
     if refused:
         await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
         return
