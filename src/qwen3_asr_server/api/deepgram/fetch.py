@@ -73,6 +73,8 @@ async def public_addresses(host: str, port: int) -> list[str]:
                 f"The URL's host {host} could not be resolved now.", param="url"
             ) from exc
         raise BadRequestError(f"The URL's host {host} does not resolve.", param="url") from exc
+    except UnicodeError as exc:  # a name no resolver takes (an empty or over-long label)
+        raise BadRequestError(f"The URL's host {host} is not a host name.", param="url") from exc
     found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     for ip in found:
         if not is_public(ip):
