@@ -10,8 +10,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from loguru import logger
+from prometheus_client.parser import text_string_to_metric_families
 
 import speech
 from helpers import whisper_settings
@@ -43,10 +45,24 @@ def server() -> Iterator[LiveServer]:
         yield srv
 
 
-def seats_given_back(srv: LiveServer, timeout: float = 30) -> bool:
+def seats(srv: LiveServer) -> int:
+    return int(srv.get("/health").json()["streaming_sessions"])
+
+
+def metric(srv: LiveServer, name: str, **labels: str) -> float:
+    text = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+def settled(srv: LiveServer, timeout: float = 60) -> bool:
+    """Every seat given back and every committed final done."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if srv.get("/health").json()["streaming_sessions"] == 0:
+        if seats(srv) == 0 and metric(srv, "asr_stream_pending_final_seconds") == 0:
             return True
         time.sleep(0.05)
     return False
@@ -59,7 +75,7 @@ def livekit(installed: None, server: LiveServer) -> dict[str, Any]:
     name, _ = sentence()
     args = [str(LIVEKIT_PYTHON), "livekit_client.py", server.url, KEY, str(speech.path(name))]
     out = run(args, {})
-    assert seats_given_back(server)
+    assert settled(server)
     return out
 
 
@@ -112,28 +128,50 @@ def test_livekit_recognize_posts_the_file(livekit: dict[str, Any]) -> None:
 
 
 # -- Pipecat: pipecat-ai[deepgram] ---------------------------------------------------------------
-def test_pipecat_pipeline_gets_a_finalized_transcript_and_its_seat_is_given_back(
-    installed: None, server: LiveServer
-) -> None:
-    """Pipecat's Silero hears the end of speech first and the service sends Finalize: the
-    final comes back `from_finalize`, which Pipecat marks `finalized` (its turn ends without
-    waiting). Its EndFrame sends CloseStream and drops the socket at once: the stream's seat
-    is still given back, and the server logs no error for that close."""
-    name, reference = sentence()
+def pipecat(srv: LiveServer, mode: str) -> tuple[dict[str, Any], float, list[str]]:
+    """One run of tests/clients/pipecat_client.py: what it got, the seconds of audio the
+    server's finals transcribed meanwhile, and what the server logged at WARNING and above
+    (a traceback is logged at ERROR) until every seat was back and every final done."""
+    name, _ = sentence()
     records: list[str] = []
     sink = logger.add(
         lambda m: records.append(str(m)), level="WARNING", format="{level} {name} {message}"
     )
+    finals = "asr_audio_seconds_total"
     try:
-        args = [str(PIPECAT_PYTHON), "pipecat_client.py", server.url, KEY, str(speech.path(name))]
-        out = run(args, {})
-        assert seats_given_back(server)
+        before = metric(srv, finals, engine="whisper", priority="final")
+        path = str(speech.path(name))
+        out = run([str(PIPECAT_PYTHON), "pipecat_client.py", srv.url, KEY, path, mode], {})
+        assert settled(srv)
+        heard = metric(srv, finals, engine="whisper", priority="final") - before
     finally:
         logger.remove(sink)
+    return out, heard, records
+
+
+def test_pipecat_pipeline_gets_a_finalized_transcript(installed: None, server: LiveServer) -> None:
+    """Pipecat's Silero hears the end of speech first and the service sends Finalize: the
+    final comes back `from_finalize`, which Pipecat marks `finalized` (its turn ends without
+    waiting). Its EndFrame then sends CloseStream and drops the socket at once."""
+    _, reference = sentence()
+    out, _, records = pipecat(server, "wait")
     assert out["errors"] == [], out
     assert out["vad_stops"] >= 1, out
     assert out["interims"] >= 1, out
     text = " ".join(f["text"] for f in out["finals"])
     assert close(text, reference), out
     assert any(f["finalized"] for f in out["finals"]), out
+    assert records == [], records
+
+
+def test_pipecat_dropping_the_socket_mid_sentence_frees_the_seat_quietly(
+    installed: None, server: LiveServer
+) -> None:
+    """Its EndFrame in mid-sentence: CloseStream, and the socket dropped before the final of
+    the open utterance is decoded. That final still runs (the audio is heard) and is not
+    sent; the seat is given back and the server logs no error for the close."""
+    out, heard, records = pipecat(server, "drop")
+    assert out["errors"] == [], out
+    assert out["finals"] == [], out  # it had left before its final
+    assert heard >= 2.0, heard  # the 2 s of the open utterance (and the 0.5 s before)
     assert records == [], records

@@ -2,10 +2,11 @@
 by Pipecat's own test runner (`pipecat.tests.utils.run_test`: a Pipeline, a PipelineWorker, a
 WorkerRunner): its Silero VAD, then the STT service, fed 20 ms frames at a transport's pace.
 The VAD's stop makes the service send Finalize; the EndFrame sends CloseStream and drops the
-socket at once. Prints one JSON object with what it got.
+socket at once. MODE `wait` leaves time for the last final, `drop` ends in mid-sentence.
+Prints one JSON object with what it got.
 
 Run with the separate venv `make clients` builds (Pipecat's pins clash with ours):
-tests/clients/.venv-pipecat/bin/python pipecat_client.py BASE_URL API_KEY WAV
+tests/clients/.venv-pipecat/bin/python pipecat_client.py BASE_URL API_KEY WAV MODE
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ FRAME = 640  # 20 ms of 16 kHz s16 mono
 
 
 async def main() -> None:
-    url, key, path = sys.argv[1:4]
+    url, key, path, mode = sys.argv[1:5]
     with wave.open(path) as w:
         assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
         pcm = w.readframes(w.getnframes())
-    audio = bytes(16000) + pcm + bytes(32000)  # 0.5 s before the speech, 1 s after
+    if mode == "wait":  # 0.5 s before the speech, 1 s after; the Finalize's answer lands
+        audio, tail = bytes(16000) + pcm + bytes(32000), 3.0
+    else:  # "drop": 2 s of the sentence and the EndFrame at once, the utterance still open
+        audio, tail = bytes(16000) + pcm[: 2 * 32000], 0.0
     frames: list = []
     for i in range(0, len(audio), FRAME):
         chunk = audio[i : i + FRAME]
@@ -46,7 +50,7 @@ async def main() -> None:
             InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1),
             SleepFrame(sleep=0.02),
         ]
-    frames.append(SleepFrame(sleep=3))  # the Finalize's answer lands: the EndFrame closes at once
+    frames.append(SleepFrame(sleep=tail))  # then the EndFrame: CloseStream, the socket dropped
     stt = DeepgramSTTService(api_key=key, base_url=url, sample_rate=16000)
     pipeline = Pipeline([VADProcessor(vad_analyzer=SileroVADAnalyzer()), stt])
     started = time.monotonic()
