@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 # The benchmarks reuse the tests' helpers (server process, audio, fixtures).
 for extra in (ROOT / "tests", ROOT / "scripts", ROOT / "E2Etest"):
@@ -44,3 +46,21 @@ def parse_server_timing(header: str) -> dict[str, float]:
         name, _, dur = part.strip().partition(";dur=")
         out[name] = float(dur) / 1000
     return out
+
+
+def sentence_track(
+    names: list[str], tail_s: float, rate: int = 16000
+) -> tuple[np.ndarray, list[float]]:
+    """The espeak-ng sentences `names` (tests/data/speech) one after another, each followed
+    by `tail_s` of silence, and where each one's speech ends in the track (seconds): its last
+    sample above 0.02, as bench/streaming.py measures."""
+    from streaming_client import load
+
+    pieces, ends, at = [], [], 0.0
+    for name in names:
+        audio = load(name)
+        loud = np.flatnonzero(np.abs(audio) > 0.02)
+        ends.append(at + (loud[-1] + 1) / rate)
+        pieces += [audio, np.zeros(int(tail_s * rate), np.float32)]
+        at += len(audio) / rate + tail_s
+    return np.concatenate(pieces), ends
