@@ -33,13 +33,13 @@ run: install
 	$(BIN)/python -m qwen3_asr_server
 
 lint: install-dev
-	$(BIN)/ruff format --check src tests bench scripts
-	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts examples
+	$(BIN)/ruff check src tests bench scripts examples
 	$(BIN)/mypy
 
 format: install-dev
-	$(BIN)/ruff format src tests bench scripts
-	$(BIN)/ruff check --fix src tests bench scripts
+	$(BIN)/ruff format src tests bench scripts examples
+	$(BIN)/ruff check --fix src tests bench scripts examples
 
 # Debian's chromium for the browser tests (tests/test_web.py, which skip without it): only as
 # root and only when /usr/bin/chromium is missing; one retry after an apt-get update.
