@@ -37,11 +37,17 @@ def installed() -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LiveServer]:
-    """One whisper server for both plugins; its Deepgram idle close (10 s, the default) comes
-    after their KeepAlive, or it would close them between two."""
-    settings = whisper_settings(api_key=KEY)
+    """One whisper server for both plugins, its model loaded before they stream (as a
+    server in use is; a load in mid-sentence left no time for an interim on a busy machine).
+    Its Deepgram idle close (10 s, the default) comes after their KeepAlive, or it would
+    close them between two."""
+    settings = whisper_settings(api_key=KEY, preload=True)
     assert settings.deepgram_idle_timeout_s > KEEPALIVE_S
     with live_server(create_app(settings)) as srv:
+        deadline = time.monotonic() + 120
+        while not srv.get("/health").json()["model_loaded"]:
+            assert time.monotonic() < deadline, "the model did not load"
+            time.sleep(0.05)
         yield srv
 
 
@@ -83,9 +89,9 @@ def test_livekit_stream_gives_speech_events_interims_and_a_final(
     livekit: dict[str, Any],
 ) -> None:
     """What an AgentSession's stt_node gets: START_OF_SPEECH (our SpeechStarted), interims,
-    the final, then END_OF_SPEECH from the final's `speech_final` (our endpointing on the
-    second of silence after the speech: before the input ended, so not the Finalize that
-    `end_input()` sends). No error, no retry, and the stream ends once we close."""
+    the final, then END_OF_SPEECH from the final's `speech_final`: our endpointing, while
+    silence still streamed (before `end_input()` and its Finalize). No error, no retry, and
+    the stream ends once we close."""
     _, reference = sentence()
     out = livekit["stream"]
     assert out["errors"] == [] and out["raised"] is None, out

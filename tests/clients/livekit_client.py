@@ -24,12 +24,15 @@ FRAME = 640  # 20 ms of 16 kHz s16 mono
 
 
 async def streamed(http: aiohttp.ClientSession, url: str, key: str, pcm: bytes) -> dict[str, Any]:
-    """Every event of one stream, with its time since the first frame, and every error."""
+    """Every event of one stream, with its time since the first frame, and every error. After
+    `pcm`, silence goes on in real time (a microphone's) until END_OF_SPEECH, for 20 s at
+    most; then `end_input()`."""
     out: dict[str, Any] = {"events": [], "errors": [], "raised": None}
     stt = deepgram.STT(base_url=url + "/v1/listen", api_key=key, http_session=http)
     stt.on("error", lambda e: out["errors"].append([repr(e.error), e.recoverable]))
     stream = stt.stream()  # the plugin's defaults: nova-3, en-US, endpointing=25, vad_events
     start = time.monotonic()
+    ended = asyncio.Event()
 
     async def read() -> None:
         try:
@@ -43,16 +46,19 @@ async def streamed(http: aiohttp.ClientSession, url: str, key: str, pcm: bytes) 
                         "text": alt.text if alt else None,
                     }
                 )
+                if ev.type.value == "end_of_speech":
+                    ended.set()
         except Exception as exc:  # a refused stream raises from the iterator
             out["raised"] = repr(exc)
 
     reader = asyncio.create_task(read())
-    for i in range(0, len(pcm), FRAME):
-        if reader.done():
+    silence = bytes(FRAME)
+    for i in range(0, len(pcm) + 1000 * FRAME, FRAME):
+        if reader.done() or (i >= len(pcm) and ended.is_set()):
             break
-        chunk = pcm[i : i + FRAME]
+        chunk = pcm[i : i + FRAME] if i < len(pcm) else silence
         stream.push_frame(rtc.AudioFrame(chunk, 16000, 1, len(chunk) // 2))
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(max(0.0, start + (i + FRAME) / 32000 - time.monotonic()))
     out["input_ended"] = round(time.monotonic() - start, 3)
     if not reader.done():
         stream.end_input()  # a Finalize, then a CloseStream
@@ -76,8 +82,7 @@ async def main() -> None:
         pcm = w.readframes(w.getnframes())
     async with aiohttp.ClientSession() as http:
         out = {
-            # 1 s of silence after the speech: our endpointing ends the utterance (speech_final)
-            "stream": await streamed(http, url, key, pcm + bytes(32000)),
+            "stream": await streamed(http, url, key, pcm),
             "wrong_key": await streamed(http, url, "wrong-" + key, pcm[: 10 * FRAME]),
             "recognize": await recognized(http, url, key, pcm),
         }
