@@ -113,16 +113,23 @@ def test_transcription_fields_reach_every_decode_and_completed_carries_them(
 def test_deltas_carry_the_logprobs_of_their_tokens(server: LiveServer) -> None:
     """With `include` logprobs, each delta carries the tokens (of the partial that made it
     stable) that begin inside its text: values <= 0 that spell the delta."""
+    events: list[Any] = []
     with client_for(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:
         conn.recv()
         update(conn, include=[LOGPROBS], transcription={"language": "en"})
-        audio = np.concatenate([load("three_sentences.wav"), np.zeros(16000, np.float32)])
-        data, chunk = encode(audio, "pcm24")
-        # half real-time pace: time for partials to agree, so deltas come before the finals
-        sender = threading.Thread(target=send, args=(conn, data, chunk, 0.5))
-        sender.start()
-        events = collect(conn, lambda ev: len(completed(ev)) >= 3)
-        sender.join()
+        # three_sentences.wav's sentences one at a time, until one of them has had deltas
+        # (whether partials agree before a sentence's final varies with the machine's load)
+        for name in ("sentence_02.wav", "sentence_01.wav", "sentence_03.wav"):
+            audio = np.concatenate([load(name), np.zeros(16000, np.float32)])
+            data, chunk = encode(audio, "pcm24")
+            # half real-time pace: time for partials to agree, so deltas come before the final
+            sender = threading.Thread(target=send, args=(conn, data, chunk, 0.5))
+            sender.start()
+            events += collect(conn, lambda ev: len(completed(ev)) >= 1)
+            sender.join()
+            if of_type(events, "transcription.delta"):
+                break
+    assert len(completed(events)) >= 1, [e.type for e in events]
     deltas = of_type(events, "transcription.delta")
     assert deltas, [e.type for e in events]
     for delta in deltas:
