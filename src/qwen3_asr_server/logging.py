@@ -13,6 +13,11 @@ from typing import Any
 from loguru import logger
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+# Set by a WebSocket route that refused its handshake with an HTTP response (the denial
+# extension): uvicorn 0.54's websockets-sansio then logs an ERROR although the response went
+# out (Kludex/uvicorn#3138); that one line is logged at DEBUG for such a connection.
+HANDSHAKE_DENIED: contextvars.ContextVar[bool] = contextvars.ContextVar("denied", default=False)
+DENIAL_NOISE = "ASGI callable returned without completing handshake."
 
 # Where a key shows up in what libraries log: a WebSocket URL's `?api_key=` (uvicorn prints
 # paths with their query string), the `Authorization` header and the browsers' key
@@ -35,6 +40,8 @@ class InterceptHandler(logging.Handler):
             level: str | int = logger.level(record.levelname).name
         except ValueError:
             level = record.levelno
+        if HANDSHAKE_DENIED.get() and record.getMessage() == DENIAL_NOISE:
+            level = "DEBUG"
         frame, depth = inspect.currentframe(), 0
         while frame and (depth == 0 or frame.f_code.co_filename == logging.__file__):
             frame = frame.f_back

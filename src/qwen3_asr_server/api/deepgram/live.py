@@ -24,7 +24,7 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 
 from ...errors import ServiceError
-from ...logging import REQUEST_ID
+from ...logging import HANDSHAKE_DENIED, REQUEST_ID
 from ...streaming.channels import ChannelGroup
 from ...streaming.events import Emit, StreamEvent
 from ...streaming.ingest import PcmIngest
@@ -58,6 +58,7 @@ async def refuse(websocket: WebSocket, status: int, code: str, message: str) -> 
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         header = message.encode("ascii", "replace").decode()
         headers = {"dg-error": header, "dg-request-id": request_id}
+        HANDSHAKE_DENIED.set(True)
         await websocket.send_denial_response(JSONResponse(m.dump(body), status, headers))
         return
     await websocket.accept()
