@@ -100,19 +100,26 @@ def test_idle_unload_gives_all_memory_back_and_torch_never_loads(tiny_qwen_dir: 
         assert not proc.torch_loaded()
 
 
-def test_the_silence_gate_runs_in_the_worker() -> None:
+@pytest.fixture(scope="module")
+def whisper_worker() -> Iterator[ServerProcess]:
+    """One server with whisper in a worker, for the tests that leave it serving."""
+    with server(MODEL_ID="whisper-tiny.en") as proc:
+        yield proc
+
+
+def test_the_silence_gate_runs_in_the_worker(whisper_worker: ServerProcess) -> None:
     """A quiet segment goes to voice detection in the worker's child: quiet speech is
     transcribed, quiet noise never reaches the model (whisper hears words in it)."""
-    with server(MODEL_ID="whisper-tiny.en") as proc:
-        response = post(proc, quiet_speech())
-        assert response.status_code == 200, response.text
-        assert "call me back" in response.json()["text"].lower(), response.text
-        rng = np.random.default_rng(5)
-        hiss = (rng.standard_normal(16000 * 8) * 0.002).astype(np.float32)
-        response = post(proc, encode(hiss, 16000, "WAV"))
-        assert response.status_code == 200 and response.json()["text"] == "", response.text
-        assert "onnxruntime" in Path(f"/proc/{health(proc)['worker']['pid']}/maps").read_text()
-        assert "onnxruntime" not in proc.maps()
+    proc = whisper_worker
+    response = post(proc, quiet_speech())
+    assert response.status_code == 200, response.text
+    assert "call me back" in response.json()["text"].lower(), response.text
+    rng = np.random.default_rng(5)
+    hiss = (rng.standard_normal(16000 * 8) * 0.002).astype(np.float32)
+    response = post(proc, encode(hiss, 16000, "WAV"))
+    assert response.status_code == 200 and response.json()["text"] == "", response.text
+    assert "onnxruntime" in Path(f"/proc/{health(proc)['worker']['pid']}/maps").read_text()
+    assert "onnxruntime" not in proc.maps()
 
 
 class Echoing:
@@ -203,22 +210,23 @@ def final(ws: Any) -> str:
             return str(message["text"])
 
 
-def test_a_streaming_session_survives_a_worker_restart() -> None:
-    with server(MODEL_ID="whisper-tiny.en") as proc:
-        with open_ws(proc.url, use_server_vad="false") as ws:
-            json.loads(ws.recv(timeout=30))
-            ws.send(pcm16(load("sentence_01.wav")))
-            ws.send(json.dumps({"action": "flush"}))
-            first = final(ws)
-            assert wer([speech.transcripts()["sentence_01.wav"]], [first]) <= 0.35, first
-            os.kill(health(proc)["worker"]["pid"], signal.SIGKILL)
-            time.sleep(0.5)
-            ws.send(pcm16(load("sentence_02.wav")))
-            ws.send(json.dumps({"action": "flush"}))
-            text = final(ws)
-        # the second sentence ("Please call me back ..."), transcribed by the new worker
-        assert wer([speech.transcripts()["sentence_02.wav"]], [text]) <= 0.35, text
-        assert health(proc)["worker"]["restarts"] == 1
+def test_a_streaming_session_survives_a_worker_restart(whisper_worker: ServerProcess) -> None:
+    proc = whisper_worker
+    restarts = health(proc)["worker"]["restarts"]
+    with open_ws(proc.url, use_server_vad="false") as ws:
+        json.loads(ws.recv(timeout=30))
+        ws.send(pcm16(load("sentence_01.wav")))
+        ws.send(json.dumps({"action": "flush"}))
+        first = final(ws)
+        assert wer([speech.transcripts()["sentence_01.wav"]], [first]) <= 0.35, first
+        os.kill(health(proc)["worker"]["pid"], signal.SIGKILL)
+        time.sleep(0.5)
+        ws.send(pcm16(load("sentence_02.wav")))
+        ws.send(json.dumps({"action": "flush"}))
+        text = final(ws)
+    # the second sentence ("Please call me back ..."), transcribed by the new worker
+    assert wer([speech.transcripts()["sentence_02.wav"]], [text]) <= 0.35, text
+    assert health(proc)["worker"]["restarts"] == restarts + 1
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
