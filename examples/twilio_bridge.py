@@ -8,12 +8,14 @@ qwen3-asr-server and hands each final to `deliver()`, which prints one JSON line
 TRANSCRIPT_WEBHOOK set, POSTs it there. A track's last line is `{"call", "track", "done"}`.
 
     pip install fastapi uvicorn websockets httpx
-    ASR_URL=ws://127.0.0.1:8100 API_KEY=... uvicorn twilio_bridge:app --port 8080
+    ASR_URL=ws://127.0.0.1:8100 API_KEY=... BRIDGE_TOKEN=... uvicorn twilio_bridge:app --port 8080
 
-TwiML, for both sides of a call (`<Start>` forks the audio and the call goes on):
+TwiML, for both sides of a call (`<Start>` forks the audio and the call goes on). Twilio's
+stream URL takes no query string, so the bridge's secret travels as a `<Parameter>`: a
+`start` without it is refused before any stream is opened.
 
-    <Response><Start><Stream url="wss://bridge.example.com/twilio" track="both_tracks"/>
-    </Start><Dial>...</Dial></Response>
+    <Response><Start><Stream url="wss://bridge.example.com/twilio" track="both_tracks">
+      <Parameter name="token" value="BRIDGE_TOKEN"/></Stream></Start><Dial>...</Dial></Response>
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hmac
 import json
 import os
+import sys
 from typing import Any
 
 import httpx
@@ -31,33 +35,52 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
 ASR_URL = os.environ.get("ASR_URL", "ws://127.0.0.1:8100")
 API_KEY = os.environ.get("API_KEY", "")
+BRIDGE_TOKEN = os.environ.get("BRIDGE_TOKEN", "")
 WEBHOOK = os.environ.get("TRANSCRIPT_WEBHOOK", "")
 QUERY = "encoding=mulaw&sample_rate=8000&channels=1&interim_results=false&endpointing=300"
 
 app = FastAPI()
 
 
-async def deliver(line: dict[str, Any]) -> None:
+def say(line: dict[str, Any]) -> None:
     print(json.dumps(line), flush=True)
-    if WEBHOOK:
-        async with httpx.AsyncClient(timeout=10) as client:
-            await client.post(WEBHOOK, json=line)
 
 
-async def transcripts(asr: Any, call: str, track: str) -> None:
-    """Every final of one track's stream, until the server closes it after CloseStream."""
-    async for raw in asr:
-        msg = json.loads(raw)
-        if msg.get("type") == "Error":
-            print(json.dumps({"call": call, "track": track, "error": msg}), flush=True)
-        if msg.get("type") != "Results" or not msg["is_final"]:
-            continue
-        text = msg["channel"]["alternatives"][0]["transcript"]
-        if text:
-            start = msg["start"]
-            end = round(start + msg["duration"], 3)
-            await deliver({"call": call, "track": track, "start": start, "end": end, "text": text})
-    print(json.dumps({"call": call, "track": track, "done": True}), flush=True)
+async def deliver(lines: asyncio.Queue[dict[str, Any] | None]) -> None:
+    """Print each line and POST it to TRANSCRIPT_WEBHOOK: a slow or failing webhook is
+    logged and never holds up the transcription (the ASR server drops slow readers)."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        while (line := await lines.get()) is not None:
+            say(line)
+            if WEBHOOK and "text" in line:
+                try:
+                    (await client.post(WEBHOOK, json=line)).raise_for_status()
+                except httpx.HTTPError as e:
+                    print(f"webhook: {e!r}", file=sys.stderr, flush=True)
+
+
+async def transcripts(asr: Any, call: str, track: str, out: asyncio.Queue[Any]) -> None:
+    """Every final of one track's stream, until the server closes it (after CloseStream)."""
+    try:
+        async for raw in asr:
+            msg = json.loads(raw)
+            if msg.get("type") == "Error":
+                out.put_nowait({"call": call, "track": track, "error": msg})
+            if msg.get("type") != "Results" or not msg["is_final"]:
+                continue
+            if text := msg["channel"]["alternatives"][0]["transcript"]:
+                start, end = msg["start"], round(msg["start"] + msg["duration"], 3)
+                out.put_nowait(
+                    {"call": call, "track": track, "start": start, "end": end, "text": text}
+                )
+    except websockets.ConnectionClosedError as e:
+        out.put_nowait({"call": call, "track": track, "error": f"stream closed: {e}"})
+    out.put_nowait({"call": call, "track": track, "done": True})
+
+
+def allowed(start: dict[str, Any]) -> bool:
+    token = str(start.get("customParameters", {}).get("token", ""))
+    return not BRIDGE_TOKEN or hmac.compare_digest(token, BRIDGE_TOKEN)
 
 
 @app.websocket("/twilio")
@@ -65,23 +88,28 @@ async def twilio(ws: WebSocket) -> None:
     await ws.accept()
     streams: dict[str, Any] = {}  # track -> its /v1/listen socket
     readers: list[asyncio.Task[None]] = []
-    call = ""
+    lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    delivering = asyncio.create_task(deliver(lines))
     headers = {"Authorization": f"Token {API_KEY}"} if API_KEY else {}
     try:
         while True:
             msg = json.loads(await ws.receive_text())
-            if msg["event"] == "start":
+            if msg["event"] == "start" and not streams:
+                if not allowed(msg["start"]):
+                    await ws.close(1008, "bad token")
+                    break
                 call = msg["start"]["callSid"]
                 for track in msg["start"].get("tracks", ["inbound"]):
                     url = f"{ASR_URL}/v1/listen?{QUERY}"
                     asr = await websockets.connect(url, additional_headers=headers)
                     streams[track] = asr
-                    readers.append(asyncio.create_task(transcripts(asr, call, track)))
+                    readers.append(asyncio.create_task(transcripts(asr, call, track, lines)))
             elif msg["event"] == "media":
                 media = msg["media"]
                 to = streams.get(media.get("track", "inbound"))
-                if to is not None:
-                    await to.send(base64.b64decode(media["payload"]))
+                with contextlib.suppress(websockets.ConnectionClosed):  # its reader says why
+                    if to is not None:
+                        await to.send(base64.b64decode(media["payload"]))
             elif msg["event"] == "stop":
                 break
     except WebSocketDisconnect:
@@ -93,3 +121,5 @@ async def twilio(ws: WebSocket) -> None:
         await asyncio.gather(*readers, return_exceptions=True)
         for asr in streams.values():
             await asr.close()
+        lines.put_nowait(None)
+        await delivering

@@ -1,7 +1,8 @@
 """docs/CALLS.md's Twilio Media Streams bridge (examples/twilio_bridge.py, issue 52) run as
 its own uvicorn process against a real server: a test plays Twilio, sending a two-sided call
 as Twilio's `connected`/`start`/`media`/`stop` messages (base64 8 kHz mu-law, both tracks),
-and reads the transcripts the bridge prints."""
+and reads the transcripts the bridge prints and POSTs to a webhook (which fails its first
+request: the transcription goes on)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import soxr
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from calls import AGENT, CUSTOMER, call_tracks, reference
@@ -30,6 +35,7 @@ from wer import wer
 
 pytestmark = pytest.mark.slow
 KEY = "bridge-key"
+TOKEN = "bridge-token"
 EXAMPLES = Path(__file__).parent.parent / "examples"
 CHUNK = 160  # 20 ms of 8 kHz mu-law, as Twilio sends it
 
@@ -40,36 +46,67 @@ def server() -> Iterator[LiveServer]:
         yield srv
 
 
+class Webhook(BaseHTTPRequestHandler):
+    """Keeps each POSTed line; answers the first with a 500."""
+
+    posted: list[dict[str, object]]
+
+    def do_POST(self) -> None:
+        line = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.posted.append(line)  # type: ignore[attr-defined]
+        self.send_response(500 if len(self.server.posted) == 1 else 200)  # type: ignore[attr-defined]
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.fixture
-def bridge(server: LiveServer) -> Iterator[tuple[str, queue.Queue[str]]]:
+def webhook() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
+    httpd.posted = []  # type: ignore[attr-defined]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+
+
+@dataclass
+class Bridge:
+    url: str
+    lines: queue.Queue[str]  # stdout: the JSON lines
+    errors: queue.Queue[str]  # stderr
+
+
+def drain(stream: Any, into: queue.Queue[str]) -> None:
+    threading.Thread(target=lambda: [into.put(x) for x in stream], daemon=True).start()
+
+
+@pytest.fixture
+def bridge(server: LiveServer, webhook: ThreadingHTTPServer) -> Iterator[Bridge]:
     port = free_port()
     env = {**os.environ, "ASR_URL": server.url.replace("http://", "ws://"), "API_KEY": KEY}
+    env |= {"BRIDGE_TOKEN": TOKEN, "TRANSCRIPT_WEBHOOK": f"http://127.0.0.1:{webhook.server_port}"}
     cmd = [sys.executable, "-m", "uvicorn", "twilio_bridge:app", "--app-dir", str(EXAMPLES)]
     proc = subprocess.Popen(
         [*cmd, "--port", str(port), "--log-level", "warning"],
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        for line in proc.stdout or ():
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    url = f"ws://127.0.0.1:{port}/twilio"
+    out = Bridge(f"ws://127.0.0.1:{port}/twilio", queue.Queue(), queue.Queue())
+    drain(proc.stdout, out.lines)
+    drain(proc.stderr, out.errors)
     deadline = time.monotonic() + 30
     while True:  # ready once it accepts a socket
         try:
-            connect(url, open_timeout=2).close()
+            connect(out.url, open_timeout=2).close()
             break
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, "the bridge did not start"
             time.sleep(0.1)
     try:
-        yield url, lines
+        yield out
     finally:
         proc.terminate()
         proc.wait(10)
@@ -82,9 +119,9 @@ def twilio_media(track: str, payload: bytes, n: int) -> str:
 
 
 def test_a_two_sided_call_through_twilio_messages_is_transcribed_per_track(
-    bridge: tuple[str, queue.Queue[str]],
+    bridge: Bridge, webhook: ThreadingHTTPServer
 ) -> None:
-    url, lines = bridge
+    url, lines = bridge.url, bridge.lines
     tracks, _ = call_tracks()  # channel 0 the agent (Twilio's outbound), 1 the customer
     ulaw = [g711.encode(soxr.resample(t, 16000, 8000).astype(np.float32), "mulaw") for t in tracks]
     start = {
@@ -92,6 +129,7 @@ def test_a_two_sided_call_through_twilio_messages_is_transcribed_per_track(
         "streamSid": "MZ456",
         "tracks": ["inbound", "outbound"],
         "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+        "customParameters": {"token": TOKEN},
     }
     with connect(url) as ws:
         ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
@@ -119,3 +157,20 @@ def test_a_two_sided_call_through_twilio_messages_is_transcribed_per_track(
         times = [(float(t["start"]), float(t["end"])) for t in said[track]]  # type: ignore[arg-type]
         assert all(0 <= a < b <= seconds + 0.1 for a, b in times), times
         assert times == sorted(times), times
+    posted: list[dict[str, object]] = webhook.posted  # type: ignore[attr-defined]
+    printed = [t for track in said.values() for t in track]
+    assert sorted(map(str, posted)) == sorted(map(str, printed))  # the failed POST included
+    assert "webhook" in bridge.errors.get(timeout=10)  # its failure was logged, nothing stopped
+
+
+def test_a_start_without_the_bridge_token_opens_no_stream(
+    bridge: Bridge, server: LiveServer
+) -> None:
+    start = {"callSid": "CA9", "tracks": ["inbound"], "customParameters": {"token": "guess"}}
+    with connect(bridge.url) as ws:
+        ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "start": start}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert server.get("/health").json()["streaming_sessions"] == 0
+    assert bridge.lines.empty()
