@@ -78,7 +78,11 @@ class Bridge:
 
 
 def drain(stream: Any, into: queue.Queue[str]) -> None:
-    threading.Thread(target=lambda: [into.put(x) for x in stream], daemon=True).start()
+    def read() -> None:
+        for line in stream:
+            into.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
 
 
 @pytest.fixture
