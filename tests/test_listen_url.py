@@ -8,11 +8,15 @@ uvicorn serving whisper-tiny.en."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
+import select
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from deepgram.core.api_error import ApiError
 from deepgram.environment import DeepgramClientEnvironment
 
 from helpers import whisper_settings
-from qwen3_asr_server.api.deepgram import fetch
+from qwen3_asr_server.api.deepgram import fetch, prerecorded
 from qwen3_asr_server.api.deepgram.fetch import (
     UrlFetcher,
     Vet,
@@ -49,7 +53,8 @@ HOSTS = "localhost,audio.test,169.254.169.254,*.example.org"
 
 class AudioServer(ThreadingHTTPServer):
     """Serves /speech/NAME, /redirect?URL (302), /status/N, /endless (no length, 20 MB),
-    /hang (headers, then nothing until `release`), /gzip; keeps what it was asked."""
+    /hang (headers, then nothing until `release`), /hold (as /hang, and `hung_up` set when
+    the fetcher closes the connection), /gzip; keeps what it was asked."""
 
     daemon_threads = True
 
@@ -57,6 +62,7 @@ class AudioServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.asked: list[tuple[str, str]] = []  # (path, Host header)
         self.release = threading.Event()
+        self.hung_up = threading.Event()
         self.port = self.server_address[1]
 
 
@@ -80,6 +86,16 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(int(path.removeprefix("/status/")), b"nope")
         elif path == "/gzip":
             self.reply(200, WAV, {"Content-Encoding": "gzip"})
+        elif path == "/hold":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.flush()
+            while not self.server.release.is_set():
+                readable = select.select([self.connection], [], [], 0.05)[0]
+                if readable and not self.connection.recv(1):  # the fetcher hung up
+                    self.server.hung_up.set()
+                    return
         else:
             self.send_response(200)
             self.end_headers()
@@ -133,7 +149,11 @@ def fetcher(max_bytes: int = 10_000_000, **kwargs: Any) -> UrlFetcher:
 
 async def fetched(f: UrlFetcher, url: str) -> tuple[bytes, str]:
     got = bytearray()
-    kind = await f.fetch(url, got.extend)
+
+    async def write(chunk: bytes) -> None:
+        got.extend(chunk)
+
+    kind = await f.fetch(url, write)
     return bytes(got), kind
 
 
@@ -225,8 +245,12 @@ async def test_the_size_limit_holds_with_and_without_a_length(audio: AudioServer
     with pytest.raises(TooLargeError, match="MAX_UPLOAD_MB"):
         await fetched(fetcher(max_bytes=len(WAV) - 1), f"{url}/speech/three_sentences.wav")
     got = bytearray()
+
+    async def write(chunk: bytes) -> None:
+        got.extend(chunk)
+
     with pytest.raises(TooLargeError, match=r"0\.2 MB"):
-        await fetcher(max_bytes=200_000).fetch(f"{url}/endless", got.extend)
+        await fetcher(max_bytes=200_000).fetch(f"{url}/endless", write)
     assert 0 < len(got) <= 200_000  # streamed, and cut at the limit
 
 
@@ -349,3 +373,177 @@ def test_a_url_transcribed_through_the_route(
     status, body = refusal(fetching, f"{base}/status/500")
     assert status == 502 and body["err_code"] == "REMOTE_CONTENT_ERROR", body
     assert not any(path == "/" for path, _ in audio.asked)
+
+
+def blackhole(port: int) -> list[socket.socket]:
+    """127.0.0.2:`port` listening with a full backlog: a connection to it is never
+    answered (its SYN dropped) and times out, as an address that drops packets does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", port))
+    listener.listen(0)
+    held = [listener]
+    for _ in range(4):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(("127.0.0.2", port))
+        held.append(client)
+    return held
+
+
+async def test_an_address_that_times_out_gives_way_to_the_next(audio: AudioServer) -> None:
+    """A connect timeout (not a ConnectError in httpx) tries the name's next address."""
+    held = blackhole(audio.port)
+    try:
+
+        async def vet(host: str, port: int) -> list[str]:
+            return ["127.0.0.2", "127.0.0.1"]
+
+        f = UrlFetcher(host_patterns(HOSTS), 10_000_000, vet, read_s=0.5)
+        url = f"http://audio.test:{audio.port}/speech/three_sentences.wav"
+        assert (await fetched(f, url))[0] == WAV
+    finally:
+        for sock in held:
+            sock.close()
+
+
+async def test_a_name_without_addresses_or_a_stuck_resolver_is_a_502(
+    audio: AudioServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def nothing(host: str, port: int) -> list[str]:
+        return []
+
+    f = UrlFetcher(host_patterns(HOSTS), 1000, nothing)
+    with pytest.raises(UpstreamError, match="no address"):
+        await fetched(f, f"http://audio.test:{audio.port}/a.wav")
+    never = asyncio.Event()
+
+    async def stuck(*args: Any, **kwargs: Any) -> Any:
+        await never.wait()
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", stuck)
+    monkeypatch.setattr(fetch, "DNS_S", 0.2)
+    async with asyncio.timeout(5):
+        with pytest.raises(UpstreamError, match="could not be resolved within"):
+            await public_addresses("audio.example.org", 80)
+
+
+def test_unicode_host_patterns_match_the_urls_punycode_host() -> None:
+    patterns = host_patterns("Bücher.example, *.bücher.org, xn--caf-dma.example")
+    assert patterns == ("xn--bcher-kva.example", "*.xn--bcher-kva.org", "xn--caf-dma.example")
+    f = UrlFetcher(patterns, 1000)
+    for url in ("https://bücher.example/a.wav", "https://a.BÜCHER.org/", "https://café.example/"):
+        f.checked(url)  # (not refused)
+    with pytest.raises(BadRequestError, match="LISTEN_URL_HOSTS"):
+        f.checked("https://bücher.org/a.wav")
+
+
+async def test_the_spool_writes_and_hashes_off_the_loop_in_batches() -> None:
+    """The audio (up to MAX_UPLOAD_MB) is written and hashed on a thread, a batch at a time,
+    in order: never on the event loop's thread."""
+    spool = prerecorded.Spool()
+    threads: list[int] = []
+    store = spool._store
+
+    def recorded(data: bytes) -> None:
+        threads.append(threading.get_ident())
+        store(data)
+
+    spool._store = recorded  # type: ignore[method-assign]
+    chunks = [bytes([n]) * 65536 for n in range(48)]  # 3 MB in 64 KB chunks
+    for chunk in chunks:
+        await spool.write(chunk)
+    upload, sha256 = await spool.upload("audio/wav", "empty")
+    assert sha256 == hashlib.sha256(b"".join(chunks)).hexdigest()
+    assert await upload.read() == b"".join(chunks)
+    assert 3 <= len(threads) <= 4 and threading.get_ident() not in threads
+    await upload.close()
+
+
+def post_url(srv: LiveServer, url: str, timeout: float = 60) -> httpx.Response:
+    headers = {"Authorization": f"Token {KEY}"}
+    return httpx.post(srv.url + "/v1/listen", json={"url": url}, headers=headers, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_url_is_admitted_before_a_byte_is_fetched(
+    fetching: LiveServer, audio: AudioServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full queue (MAX_QUEUE) refuses a URL body before it is fetched, as it refuses an
+    upload before it is decoded."""
+    monkeypatch.setattr(fetch, "public_addresses", told_public("audio.test"))
+    scheduler = fetching.ctx.scheduler
+    held = [scheduler.admit() for _ in range(scheduler.max_queue)]
+    try:
+        answer = post_url(fetching, f"http://audio.test:{audio.port}/speech/three_sentences.wav")
+    finally:
+        for admission in held:
+            admission.release()
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+    assert set(answer.json()) == {"err_code", "err_msg", "request_id"}
+    assert audio.asked == []
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_stops_its_fetch(
+    fetching: LiveServer, audio: AudioServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client gives up while the URL's host is still sending: the fetch is cancelled
+    (its connection closed) at once, not at the fetch's own read timeout (30 s)."""
+    monkeypatch.setattr(fetch, "public_addresses", told_public("audio.test"))
+    with pytest.raises(httpx.ReadTimeout):
+        post_url(fetching, f"http://audio.test:{audio.port}/hold", timeout=1.0)
+    assert audio.hung_up.wait(10), "the fetch went on after its client left"
+
+
+@pytest.mark.slow
+def test_fetches_beyond_the_cap_are_refused_until_one_ends(
+    fetching: LiveServer, audio: AudioServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most MAX_FETCHES URLs are fetched at once; one more is a 503 to retry (as a full
+    queue is), asked of nobody; once they end, fetching goes on."""
+    monkeypatch.setattr(fetch, "public_addresses", told_public("audio.test"))
+    hold = f"http://audio.test:{audio.port}/hold"
+    with ThreadPoolExecutor(fetch.MAX_FETCHES) as pool:
+        held = [pool.submit(post_url, fetching, hold) for _ in range(fetch.MAX_FETCHES)]
+        deadline = 30.0
+        while len(audio.asked) < fetch.MAX_FETCHES and deadline > 0:
+            threading.Event().wait(0.05)
+            deadline -= 0.05
+        assert len(audio.asked) == fetch.MAX_FETCHES
+        answer = post_url(fetching, f"http://audio.test:{audio.port}/speech/three_sentences.wav")
+        assert answer.status_code == 503 and "fetched at once" in answer.json()["err_msg"]
+        assert len(audio.asked) == fetch.MAX_FETCHES
+        audio.release.set()
+        assert all(future.result().status_code == 502 for future in held)
+    answer = post_url(fetching, f"http://audio.test:{audio.port}/speech/three_sentences.wav")
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.slow
+def test_a_body_over_the_limit_is_a_deepgram_413_and_its_spool_is_closed(
+    fetching: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MAX_UPLOAD_MB (0.5 here): a declared length over it, and a chunked body that grows
+    past it (cut off while spooled: the spool is closed, not left to the GC)."""
+    spools: list[Any] = []
+    spooled = prerecorded.SpooledTemporaryFile
+
+    def recorded(**kwargs: Any) -> Any:
+        spools.append(spooled(**kwargs))
+        return spools[-1]
+
+    monkeypatch.setattr(prerecorded, "SpooledTemporaryFile", recorded)
+    big = b"\0" * 2_000_000
+    headers = {"Authorization": f"Token {KEY}", "Content-Type": "audio/wav"}
+
+    def chunked() -> Iterator[bytes]:
+        for n in range(0, len(big), 65536):
+            yield big[n : n + 65536]
+
+    for content in (big, chunked()):
+        answer = httpx.post(fetching.url + "/v1/listen", content=content, headers=headers)
+        assert answer.status_code == 413, answer.text
+        body = answer.json()
+        assert set(body) == {"err_code", "err_msg", "request_id"}, body
+        assert body["err_code"] == "PAYLOAD_TOO_LARGE" and "MAX_UPLOAD_MB" in body["err_msg"]
+    assert len(spools) == 1 and spools[0].closed

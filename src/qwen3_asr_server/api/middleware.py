@@ -16,6 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import AuthError
 from ..logging import REQUEST_ID
 from ..runtime.metrics import Metrics
+from .deepgram.refusals import LISTEN_PATH
+from .deepgram.refusals import error_body as deepgram_body
 from .deps import check_api_key
 from .error_table import error_body, http_status, openai_body
 
@@ -37,7 +39,6 @@ OPEN_PATHS = frozenset(
     }
 )
 OPEN_PREFIXES = ("/ui/static/",)  # the page's files
-DEEPGRAM_PATH = "/v1/listen"  # also takes `Authorization: Token <key>`; answers Deepgram's 401
 
 
 def is_open(path: str) -> bool:
@@ -169,17 +170,15 @@ class ApiKeyMiddleware:
         if scope["type"] == "http" and self.api_key and not is_open(get_route_path(scope)):
             authorization = dict(scope.get("headers") or []).get(b"authorization")
             given = authorization and authorization.decode("latin-1")
-            deepgram = get_route_path(scope) == DEEPGRAM_PATH
+            deepgram = get_route_path(scope) == LISTEN_PATH  # its 401 is Deepgram's shape
             if deepgram and given and given[:6].lower() == "token ":  # Deepgram's scheme
                 given = "Bearer " + given[6:]
             try:
                 check_api_key(self.api_key, given)
             except AuthError as exc:
-                body = openai_body(exc)
-                if deepgram:  # Deepgram's error shape (api/deepgram/)
-                    body = {"err_code": "INVALID_AUTH", "err_msg": exc.message}
-                    body["request_id"] = REQUEST_ID.get()
-                for message in _error_response(http_status(exc), body, REQUEST_ID.get()):
+                status = http_status(exc)
+                body = deepgram_body(status, exc.message) if deepgram else openai_body(exc)
+                for message in _error_response(status, body, REQUEST_ID.get()):
                     await send(message)
                 return
         await self.app(scope, receive, send)
@@ -191,6 +190,7 @@ class BodyLimitMiddleware:
     A declared Content-Length over the limit is refused without reading. A body that
     grows past the limit while streaming is cut off and answered with 413. The message names
     `limit_mb` (MAX_UPLOAD_MB), the file's limit: `max_bytes` adds the form's slack to it.
+    On POST /v1/listen the body is Deepgram's shape (`api/deepgram/refusals.py`).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, limit_mb: float) -> None:
@@ -203,9 +203,10 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = REQUEST_ID.get()
+        deepgram = get_route_path(scope) == LISTEN_PATH
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            for message in _error_response(413, self._body(), request_id):
+            for message in _error_response(413, self._body(deepgram), request_id):
                 await send(message)
             return
         seen = 0
@@ -229,7 +230,7 @@ class BodyLimitMiddleware:
                 await send(message)
             elif not sent_error:  # replace whatever the app answered to the cut-off body
                 sent_error = True
-                for replacement in _error_response(413, self._body(), request_id):
+                for replacement in _error_response(413, self._body(deepgram), request_id):
                     await send(replacement)
 
         try:
@@ -238,12 +239,15 @@ class BodyLimitMiddleware:
             if not exceeded:
                 raise
         if exceeded and not sent_error:
-            for message in _error_response(413, self._body(), request_id):
+            for message in _error_response(413, self._body(deepgram), request_id):
                 await send(message)
 
-    def _body(self) -> dict[str, Any]:
+    def _body(self, deepgram: bool) -> dict[str, Any]:
+        message = f"The upload is larger than the {self.limit_mb:g} MB limit (MAX_UPLOAD_MB)."
+        if deepgram:
+            return deepgram_body(413, message)
         return error_body(
-            f"The upload is larger than the {self.limit_mb:g} MB limit (MAX_UPLOAD_MB).",
+            message,
             "invalid_request_error",
             "file",
             "too_large",

@@ -9,7 +9,8 @@ checked: the URL's host is replaced by it, while `Host`, TLS's SNI and the certi
 stay on the name, so a second DNS answer cannot send it elsewhere (DNS rebinding). No proxy
 from the environment is used (it would resolve the name itself). The body is streamed and
 cut at the limit. Refusals are 400 (413 past the size limit); a host that cannot be reached,
-times out or answers 5xx is 502 (UpstreamError)."""
+times out or answers 5xx is 502 (UpstreamError). `Fetches` is one app's share: its patterns,
+at most MAX_FETCHES fetches at once (503 beyond, as a full queue) and one TLS context."""
 
 from __future__ import annotations
 
@@ -22,23 +23,38 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
+import idna
 
-from ...errors import BadRequestError, TooLargeError, UpstreamError
+from ...errors import BadRequestError, TooLargeError, UnavailableError, UpstreamError
 
 MAX_REDIRECTS = 3
 CONNECT_S, READ_S = 10.0, 30.0  # to connect; then each read (the longest wait between bytes)
 DEADLINE_S = 300.0  # the whole fetch, every hop and the body
+DNS_S = 10.0  # to resolve a name (a stuck resolver does not hold the request)
+MAX_FETCHES = 4  # URL fetches in progress at once, per app
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # IPv6 addresses carrying an IPv4 one
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses to connect to, each one checked; or a refusal
 Vet = Callable[[str, int], Awaitable[list[str]]]
+Write = Callable[[bytes], Awaitable[None]]  # where the body goes, chunk by chunk, in order
 
 
 def host_patterns(setting: str | None) -> tuple[str, ...]:
     """LISTEN_URL_HOSTS as patterns: `host.org` (that name), `*.host.org` (its subdomains,
-    at any depth, not the name itself), `*` (any host; the address check still holds)."""
+    at any depth, not the name itself), `*` (any host; the address check still holds). A
+    Unicode name is kept as its IDNA (punycode) form, the form a URL's host is checked in."""
     items = (h.strip().lower().rstrip(".") for h in (setting or "").split(","))
-    return tuple(h for h in items if h)
+    return tuple(ascii_pattern(h) for h in items if h)
+
+
+def ascii_pattern(pattern: str) -> str:
+    star, name = ("*.", pattern[2:]) if pattern.startswith("*.") else ("", pattern)
+    if name.isascii():
+        return pattern
+    try:  # (as httpx encodes a URL's host)
+        return star + idna.encode(name).decode("ascii")
+    except idna.IDNAError:
+        return pattern  # (matches no host)
 
 
 def host_allowed(host: str, patterns: tuple[str, ...]) -> bool:
@@ -65,8 +81,13 @@ def is_public(ip: IP) -> bool:
 
 async def public_addresses(host: str, port: int) -> list[str]:
     """Every address `host` resolves to, if all are public; else a refusal."""
+    loop = asyncio.get_running_loop()
     try:  # the loop's getaddrinfo runs in its default executor, off the event loop
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        async with asyncio.timeout(DNS_S):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except TimeoutError as exc:
+        message = f"The URL's host {host} could not be resolved within {DNS_S:g} s."
+        raise UpstreamError(message, param="url") from exc
     except socket.gaierror as exc:
         if exc.errno == socket.EAI_AGAIN:  # a DNS server failed: worth a retry
             raise UpstreamError(
@@ -91,7 +112,7 @@ class UrlFetcher:
     hosts: tuple[str, ...]  # host_patterns(LISTEN_URL_HOSTS)
     max_bytes: int
     vet: Vet | None = None  # None: public_addresses (tests: a local server, told public)
-    verify: ssl.SSLContext | bool = True
+    verify: ssl.SSLContext | bool = True  # a context is used as it is (`Fetches.tls`)
     read_s: float = READ_S
     deadline_s: float = DEADLINE_S
 
@@ -112,12 +133,13 @@ class UrlFetcher:
             )
         return url
 
-    async def fetch(self, url: str, write: Callable[[bytes], None]) -> str:
+    async def fetch(self, url: str, write: Write) -> str:
         """The body of `url` (redirects followed, each hop checked) given to `write` chunk by
         chunk, at most `max_bytes`; its content type."""
         target = self.checked(url)
-        # (loading the CA certificates is CPU and disk work: done once, off the event loop)
-        tls = await asyncio.to_thread(httpx.create_ssl_context, self.verify)
+        tls = self.verify
+        if not isinstance(tls, ssl.SSLContext):  # (CPU and disk work: off the event loop)
+            tls = await asyncio.to_thread(httpx.create_ssl_context, tls)
         try:
             async with asyncio.timeout(self.deadline_s):
                 for _ in range(MAX_REDIRECTS + 1):
@@ -138,6 +160,8 @@ class UrlFetcher:
         host = url.raw_host.decode("ascii")
         port = url.port or (443 if url.scheme == "https" else 80)
         addresses = await (self.vet or public_addresses)(host, port)
+        if not addresses:
+            raise UpstreamError(f"The URL's host {host} has no address.", param="url")
         headers = {"Host": url.netloc.decode("ascii"), "Accept-Encoding": "identity"}
         timeout = httpx.Timeout(self.read_s, connect=min(CONNECT_S, self.read_s))
         for n, address in enumerate(addresses):
@@ -146,7 +170,7 @@ class UrlFetcher:
                 request = client.build_request("GET", pinned, headers=headers, extensions=sni)
                 try:
                     response = await client.send(request, stream=True)
-                except httpx.ConnectError as exc:
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                     if n + 1 < len(addresses):
                         continue  # the name's next address
                     message = f"The URL's host {host} could not be reached ({exc})."
@@ -160,7 +184,7 @@ class UrlFetcher:
                     await response.aclose()
                 return
 
-    async def _read(self, response: httpx.Response, write: Callable[[bytes], None]) -> str:
+    async def _read(self, response: httpx.Response, write: Write) -> str:
         status = f"{response.status_code} {response.reason_phrase}".strip()
         if response.status_code >= 500:
             raise UpstreamError(f"The URL's host answered {status}.", param="url")
@@ -178,7 +202,7 @@ class UrlFetcher:
                 size += len(chunk)
                 if size > self.max_bytes:
                     raise self._too_large()
-                write(chunk)
+                await write(chunk)
         except httpx.HTTPError as exc:
             raise UpstreamError(f"Reading the URL failed: {exc!r}.", param="url") from exc
         return str(response.headers.get("content-type") or "application/octet-stream")
@@ -188,3 +212,28 @@ class UrlFetcher:
         return TooLargeError(
             f"The URL's content is larger than the {mb:g} MB limit (MAX_UPLOAD_MB).", param="url"
         )
+
+
+class Fetches:
+    """One app's URL fetching (on its state): its host patterns, at most `slots` fetches at
+    once (beyond them a 503 to retry, as a full queue is), the TLS context built once."""
+
+    def __init__(self, hosts: tuple[str, ...], slots: int = MAX_FETCHES) -> None:
+        self.hosts = hosts
+        self._slots = asyncio.Semaphore(slots)
+        self._tls: ssl.SSLContext | None = None
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self._slots.locked():
+            raise UnavailableError(
+                "Too many URLs are being fetched at once; retry shortly.", code="fetches_full"
+            )
+        async with self._slots:
+            yield
+
+    async def tls(self) -> ssl.SSLContext:
+        """The certificate store, loaded once (CPU and disk work: off the event loop)."""
+        if self._tls is None:
+            self._tls = await asyncio.to_thread(httpx.create_ssl_context)
+        return self._tls

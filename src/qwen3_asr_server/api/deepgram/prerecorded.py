@@ -2,19 +2,21 @@
 format the upload routes decode (read within the same limits and budget: `api/uploads.py`);
 word times are always asked for. A JSON body (`{"url": ...}`) is refused unless
 LISTEN_URL_HOSTS lists hosts to fetch from: then the URL's content, fetched and guarded by
-`fetch.py`, takes the raw body's path. Errors are Deepgram's shape (`err_code`, `err_msg`,
-`request_id`) with our statuses (api/error_table.py); a URL the server could not fetch
+`fetch.py`, takes the raw body's path: admitted first (MAX_QUEUE, the audio budget), then
+fetched in one of the app's few fetch slots, stopped if the client leaves. The audio is
+spooled and hashed off the event loop, in batches. Errors are Deepgram's shape
+(`refusals.py`) with our statuses (api/error_table.py); a URL the server could not fetch
 (502) is Deepgram's `REMOTE_CONTENT_ERROR`."""
 
 from __future__ import annotations
 
-import datetime
+import asyncio
 import hashlib
 import json
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
-from fastapi import APIRouter, Request, UploadFile
+from fastapi import APIRouter, FastAPI, Request, UploadFile
 from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.datastructures import Headers
@@ -27,50 +29,57 @@ from ...transcription.service import Options
 from ..deps import AppContext
 from ..disconnect import unless_client_leaves
 from ..error_table import http_status
+from ..middleware import on_request_end
 from ..uploads import read_channels, read_upload
-from .fetch import UrlFetcher, host_patterns
+from . import messages as m
+from .fetch import Fetches, UrlFetcher, host_patterns
 from .query import QueryError, parse_file_query
-from .response import file_body
+from .refusals import LISTEN_PATH, error_body
+from .response import created_now, file_body
 from .wire import model_identity
 
 router = APIRouter()
 SPOOL_BYTES = 1 << 20  # kept in memory up to this, then on disk (as multipart uploads)
+BATCH_BYTES = 1 << 20  # written and hashed off the event loop this much at a time
 MAX_JSON_BYTES = 16384  # a JSON body: {"url": ...}
-ERR_CODES = {
-    400: "Bad Request",
-    401: "INVALID_AUTH",
-    413: "PAYLOAD_TOO_LARGE",
-    429: "TOO_MANY_REQUESTS",
-}
 
 
 def deepgram_error(
     status: int, message: str, retry_after: float | None = None, code: str | None = None
 ) -> JSONResponse:
-    body = {
-        "err_code": code
-        or ERR_CODES.get(status, "INTERNAL_SERVER_ERROR" if status >= 500 else "ERROR"),
-        "err_msg": message,
-        "request_id": REQUEST_ID.get(),
-    }
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
-    return JSONResponse(body, status, headers)
+    return JSONResponse(error_body(status, message, code), status, headers)
 
 
 class Spool:
-    """The audio (the raw body, or a URL's content) as it comes, spooled, and its sha256."""
+    """The audio (the raw body, or a URL's content) as it comes, spooled, and its sha256:
+    gathered into batches, each written and hashed on a thread, in order."""
 
     def __init__(self) -> None:
         self.file = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the upload's)
         self.sha, self.size = hashlib.sha256(), 0
+        self.batch: list[bytes] = []
+        self.batched = 0
 
-    def write(self, chunk: bytes) -> None:
-        self.file.write(chunk)
-        self.sha.update(chunk)
+    async def write(self, chunk: bytes) -> None:
+        self.batch.append(chunk)
+        self.batched += len(chunk)
         self.size += len(chunk)
+        if self.batched >= BATCH_BYTES:
+            await self.flush()
 
-    def upload(self, kind: str, empty: str) -> tuple[UploadFile, str]:
+    async def flush(self) -> None:
+        if self.batch:
+            data, self.batch, self.batched = b"".join(self.batch), [], 0
+            await asyncio.to_thread(self._store, data)
+
+    def _store(self, data: bytes) -> None:
+        self.file.write(data)
+        self.sha.update(data)
+
+    async def upload(self, kind: str, empty: str) -> tuple[UploadFile, str]:
         """An upload of it (what the upload routes read), and its sha256."""
+        await self.flush()
         self.file.seek(0)
         if not self.size:
             self.file.close()
@@ -83,31 +92,56 @@ class Spool:
 async def body_file(request: Request) -> tuple[UploadFile, str]:
     """The raw body as an upload (spooled), and its sha256."""
     spool = Spool()
-    async for chunk in request.stream():
-        spool.write(chunk)
     kind = request.headers.get("content-type") or "application/octet-stream"
-    return spool.upload(kind, "Send the audio as the request body.")
+    try:
+        async for chunk in request.stream():
+            await spool.write(chunk)
+        return await spool.upload(kind, "Send the audio as the request body.")
+    except BaseException:  # (a body cut at the size limit, a client gone)
+        spool.file.close()
+        raise
+
+
+def app_fetches(app: FastAPI, setting: str | None) -> Fetches:
+    """The app's `Fetches` (on its state), made at its first URL."""
+    fetches: Fetches | None = getattr(app.state, "listen_fetches", None)
+    if fetches is None:
+        fetches = app.state.listen_fetches = Fetches(host_patterns(setting))
+    return fetches
 
 
 async def url_file(ctx: AppContext, request: Request) -> tuple[UploadFile, str]:
     """A JSON body's URL, fetched from an allowed host (LISTEN_URL_HOSTS, `fetch.py`) within
-    MAX_UPLOAD_MB, as an upload (spooled), and its sha256."""
-    hosts = host_patterns(ctx.settings.listen_url_hosts)
-    if not hosts:
+    MAX_UPLOAD_MB, as an upload (spooled), and its sha256. Admitted before a byte is fetched
+    (as `read_upload` admits: MAX_QUEUE, the budget's room); the fetch holds one of the
+    app's fetch slots and stops when the client leaves."""
+    fetches = app_fetches(request.app, ctx.settings.listen_url_hosts)
+    if not fetches.hosts:
         raise BadRequestError(
             "This server does not fetch audio from URLs (LISTEN_URL_HOSTS is empty): send the "
             "audio itself as the body (with its content type).",
             param="url",
         )
     url = await json_url(request)
+    admission = ctx.scheduler.admit()
+    on_request_end(request.scope, admission.release)
     spool = Spool()
     try:
-        kind = await UrlFetcher(hosts, ctx.settings.max_upload_bytes).fetch(url, spool.write)
+        ctx.budget.check_room()
+        async with fetches.slot():
+            limit, tls = ctx.settings.max_upload_bytes, await fetches.tls()
+            fetcher = UrlFetcher(fetches.hosts, limit, verify=tls)
+            kind = await unless_client_leaves(request, fetcher.fetch(url, spool.write))
+            upload = await spool.upload(kind, "The URL's content is empty.")
     except BaseException:
         spool.file.close()
         raise
+    finally:
+        # `read_upload` admits the upload again at once, before it awaits anything: held
+        # twice, it would count twice against MAX_QUEUE
+        admission.release()
     logger.info("listen: {} bytes fetched from {}", spool.size, redact_url(url.split("?")[0]))
-    return spool.upload(kind, "The URL's content is empty.")
+    return upload
 
 
 async def json_url(request: Request) -> str:
@@ -126,7 +160,7 @@ async def json_url(request: Request) -> str:
 
 
 # Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
-@router.post("/v1/listen", include_in_schema=False)
+@router.post(LISTEN_PATH, include_in_schema=False)
 async def listen_file(request: Request) -> JSONResponse:
     ctx: AppContext = request.app.state.ctx
     try:
@@ -149,7 +183,7 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
         segment_times=True,
     )
     options = Options(decoding)
-    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    created = created_now()
     if kind == "application/json":
         upload, sha256 = await url_file(ctx, request)
     else:
@@ -174,13 +208,13 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
         await upload.close()
     engine = ctx.manager.engine
     model_uuid, info = model_identity(engine.model_id, engine.name)
-    metadata: dict[str, Any] = {
-        "transaction_key": "deprecated",
-        "request_id": REQUEST_ID.get(),
-        "sha256": sha256,
-        "created": created.replace("+00:00", "Z"),
-        "duration": round(duration, 3),
-        "models": [model_uuid],
-        "model_info": {model_uuid: info.model_dump()},
-    }
-    return JSONResponse(file_body(result, query, metadata, channels))
+    metadata = m.Metadata(
+        request_id=REQUEST_ID.get(),
+        sha256=sha256,
+        created=created,
+        duration=round(duration, 3),
+        channels=channels,
+        models=[model_uuid],
+        model_info={model_uuid: info},
+    )
+    return JSONResponse(file_body(result, query, metadata))

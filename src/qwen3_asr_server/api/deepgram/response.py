@@ -6,15 +6,23 @@ segments (cut at pauses); a paragraph is one too, its sentences cut at `.`, `?` 
 
 from __future__ import annotations
 
+import datetime
 import re
 import uuid
 from typing import Any
 
+from ...text import letter_index
 from ...transcript import Segment, Transcript, Word
+from . import messages as m
 from .query import FileQuery
-from .wire import speaker_number
 
 SENTENCE_END = re.compile(r"[.?!…]['\")\]]*$")
+
+
+def created_now() -> str:
+    """Deepgram's `created`: now, UTC, to the millisecond (`2026-01-02T03:04:05.678Z`)."""
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    return now.replace("+00:00", "Z")
 
 
 def word_body(word: Word, speaker: int | None, diarize: bool) -> dict[str, Any]:
@@ -32,7 +40,7 @@ def word_body(word: Word, speaker: int | None, diarize: bool) -> dict[str, Any]:
 
 
 def segment_words(segment: Segment, diarize: bool) -> list[dict[str, Any]]:
-    speaker = speaker_number(segment.speaker)
+    speaker = letter_index(segment.speaker)
     return [word_body(w, speaker, diarize) for w in segment.words if w.word.strip()]
 
 
@@ -107,10 +115,10 @@ def utterances(result: Transcript, query: FileQuery) -> list[dict[str, Any]]:
     return out
 
 
-def file_body(
-    result: Transcript, query: FileQuery, metadata: dict[str, Any], channels: int
-) -> dict[str, Any]:
-    """`metadata` as built by the route (request id, sha256, model)."""
+def file_body(result: Transcript, query: FileQuery, metadata: m.Metadata) -> dict[str, Any]:
+    """`metadata` as built by the route (request id, sha256, model, channels): the live
+    `Metadata` message's fields, without its `type`."""
+    channels = metadata.channels
     if query.multichannel:
         lanes = [[s for s in result.segments if (s.channel or 0) == c] for c in range(channels)]
     else:
@@ -124,4 +132,5 @@ def file_body(
     results: dict[str, Any] = {"channels": entries}
     if query.utterances:
         results["utterances"] = utterances(result, query)
-    return {"metadata": {**metadata, "channels": channels}, "results": results}
+    shown = metadata.model_dump(mode="json", exclude={"type"}, exclude_none=True)
+    return {"metadata": shown, "results": results}
