@@ -172,3 +172,13 @@ def letter(index: int) -> str:
         index, rest = divmod(index - 1, 26)
         out = chr(ord("A") + rest) + out
     return out
+
+
+def letter_index(label: str | None) -> int | None:
+    """`letter`'s inverse: A, B, ..., Z, AA -> 0, 1, ..., 25, 26; None for anything else."""
+    if not label or not label.isascii() or not label.isalpha() or not label.isupper():
+        return None
+    number = 0
+    for char in label:
+        number = number * 26 + (ord(char) - ord("A") + 1)
+    return number - 1
