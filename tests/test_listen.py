@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import json
 import threading
 import time
@@ -21,12 +22,15 @@ import httpx
 import numpy as np
 import pydantic
 import pytest
+import soundfile as sf
 import soxr
 from deepgram import AsyncDeepgramClient, DeepgramClient
 from deepgram.core.api_error import ApiError
 from deepgram.core.events import EventType
 from deepgram.environment import DeepgramClientEnvironment
 from deepgram.listen.v1.types import (
+    ListenV1Configure,
+    ListenV1ConfigureFailure,
     ListenV1Error,
     ListenV1Metadata,
     ListenV1Results,
@@ -35,20 +39,22 @@ from deepgram.listen.v1.types import (
 )
 from deepgram.types import ListenV1Response
 from loguru import logger
-from websockets.exceptions import InvalidStatus
+from starlette.datastructures import QueryParams
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from calls import AGENT, CUSTOMER, call, call_tracks, clip, reference
 from helpers import whisper_settings
-from qwen3_asr_server.api.deepgram.query import ListenQuery, keyword
-from qwen3_asr_server.api.deepgram.wire import Wire, speaker_number
+from qwen3_asr_server.api.deepgram.query import ListenQuery, keyword, parse_query
+from qwen3_asr_server.api.deepgram.wire import Wire
 from qwen3_asr_server.app import create_app
 from qwen3_asr_server.audio import g711
 from qwen3_asr_server.errors import InferenceError
 from qwen3_asr_server.logging import DENIAL_NOISE
 from qwen3_asr_server.streaming.config import Heard
-from qwen3_asr_server.streaming.events import Final, FinalFailed
+from qwen3_asr_server.streaming.events import Final, FinalFailed, SpeechStarted
 from qwen3_asr_server.streaming.session import StreamSession
+from qwen3_asr_server.text import letter_index
 from server import LiveServer, live_server
 from speech import transcripts
 from streaming_client import load, pcm16
@@ -64,6 +70,7 @@ SDK_TYPES: dict[str, type[pydantic.BaseModel]] = {
     "SpeechStarted": ListenV1SpeechStarted,
     "UtteranceEnd": ListenV1UtteranceEnd,
     "Error": ListenV1Error,
+    "ConfigureFailure": ListenV1ConfigureFailure,
 }
 # Deepgram's docs show them; the SDK's types lack them
 EXTRA = {
@@ -581,7 +588,7 @@ def test_a_failed_final_ended_by_silence_still_ends_its_speech() -> None:
 
 def test_keywords_boost_and_speaker_numbers() -> None:
     assert [keyword(k) for k in ("Qwen:2", "Qwen", "a:b", "x:-1.5")] == ["Qwen", "Qwen", "a:b", "x"]
-    assert [speaker_number(s) for s in ("A", "B", "Z", "AA", "alice", None)] == [
+    assert [letter_index(s) for s in ("A", "B", "Z", "AA", "alice", None)] == [
         0,
         1,
         25,
@@ -589,6 +596,165 @@ def test_keywords_boost_and_speaker_numbers() -> None:
         None,
         None,
     ]
+
+
+def test_keyterms_keep_their_colons_and_values_beyond_our_limits_are_cut() -> None:
+    """Keyterms have no boosts (`keyterm=10:30` stays `10:30`); a `keywords` boost is dropped.
+    `utterance_end_ms` above 5000 counts as 5000; keywords past our limits (decoding.py) are
+    left out and logged at INFO, never refused (Deepgram takes them)."""
+    said: list[tuple[str, str]] = []
+    sink = logger.add(lambda m: said.append((m.record["level"].name, m.record["message"])))
+    try:
+        many = "&".join(f"keyterm=term{i}" for i in range(150))
+        query = parse_query(
+            QueryParams(f"keyterm=10:30&keywords=Qwen:2&utterance_end_ms=9000&{many}")
+        )
+        long = parse_query(QueryParams("keyterm=" + "x" * 300 + "&keyterm=ok"))
+    finally:
+        logger.remove(sink)
+    assert query.keywords[:3] == ["Qwen", "10:30", "term0"] and len(query.keywords) == 100
+    assert query.utterance_end_ms == 5000
+    assert long.keywords == ["ok"]
+    assert [level for level, message in said if "beyond our limits" in message] == ["INFO"] * 2
+
+
+def test_a_query_deepgram_takes_beyond_our_limits_opens_the_stream(server: LiveServer) -> None:
+    many = "".join(f"&keyterm=term{i}" for i in range(150)) + "&keyterm=" + "x" * 300
+    query = "?encoding=linear16&utterance_end_ms=10000" + many
+    messages, code, _ = exchange(server, query, [json.dumps({"type": "CloseStream"})])
+    assert [m["type"] for m in messages] == ["Metadata"] and code == 1000
+
+
+def ws_url(srv: LiveServer, query: str = "") -> str:
+    return srv.url.replace("http://", "ws://") + "/v1/listen" + query
+
+
+def exchange(
+    srv: LiveServer, query: str, frames: list[bytes | str], timeout: float = 60
+) -> tuple[list[dict[str, Any]], int | None, str | None]:
+    """Frames sent in order on a raw websocket, then every message until the server closes
+    (each checked against the SDK's type), and the close code and reason."""
+    messages: list[dict[str, Any]] = []
+    headers = {"Authorization": f"Token {KEY}"}
+    with connect(ws_url(srv, query), additional_headers=headers) as ws:
+        for frame in frames:
+            ws.send(frame)
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(ConnectionClosed):
+            while time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    messages.append(strict(ws.recv(timeout=1)))
+        return messages, ws.close_code, ws.close_reason
+
+
+def wav_bytes(audio: np.ndarray, rate: int, subtype: str = "PCM_16", kind: str = "WAV") -> bytes:
+    out = io.BytesIO()
+    sf.write(out, audio, rate, subtype=subtype, format=kind)
+    return out.getvalue()
+
+
+def test_a_wav_stream_without_encoding_is_read_from_its_header(server: LiveServer) -> None:
+    """No `encoding` (Deepgram's advice for containers): the SDK streams a stereo 24 kHz WAV
+    file; its header sets rate and channels (mixed into one transcript) and is not audio."""
+    speech = soxr.resample(load("sentence_01.wav"), 16000, 24000).astype(np.float32)
+    stereo = np.stack([speech, speech], axis=1)
+    wav = wav_bytes(np.concatenate([stereo, np.zeros((24000, 2), np.float32)]), 24000)
+    client = DeepgramClient(api_key=KEY, environment=environment(server))
+    with client.listen.v1.connect(model="nova-3") as socket:
+        heard = Listener(socket)
+        send(socket, wav, 9600)
+        socket.send_close_stream()
+        assert heard.wait(heard.closed.is_set)
+    heard.checked()
+    assert wer([transcripts()["sentence_01.wav"]], [text(heard.finals())]) <= 0.3
+    meta = heard.messages[-1]
+    assert isinstance(meta, ListenV1Metadata) and meta.channels == 2
+    assert meta.duration == pytest.approx(len(stereo) / 24000 + 1, abs=0.01)
+    assert meta.sha256 == hashlib.sha256(wav).hexdigest()
+    assert heard.tap.ws.close_code == 1000
+
+
+def test_audio_we_cannot_decode_live_gets_an_error_and_data_0000(server: LiveServer) -> None:
+    """No `encoding`: a compressed container (Ogg, FLAC, MP3, WebM) or a WAV whose format
+    or rate we cannot stream gets an Error, then close 1008 `DATA-0000`."""
+    speech = load("sentence_02.wav")[:16000]
+    webm = bytes.fromhex("1a45dfa3a34286810142f7810142f2810442f381084282847765626d")
+    cases = {
+        "Ogg": wav_bytes(speech, 16000, "VORBIS", "OGG"),
+        "FLAC": wav_bytes(speech, 16000, "PCM_16", "FLAC"),
+        "MP3": wav_bytes(speech, 16000, "MPEG_LAYER_III", "MP3"),  # (frames, no ID3 tag)
+        "WebM": webm + bytes(4000),
+        "32-bit": wav_bytes(speech, 16000, "FLOAT"),
+        "sample_rate": wav_bytes(speech, 96000),
+    }
+    for name, data in cases.items():
+        messages, code, reason = exchange(server, "?model=nova-3", [data[:4096]], timeout=20)
+        assert [m["type"] for m in messages] == ["Error", "Metadata"], (name, messages)
+        assert name in messages[0]["description"], (name, messages[0])
+        assert (code, reason) == (1008, "DATA-0000"), name
+    # with an encoding, the bytes are what it says (nothing sniffed)
+    messages, code, _ = exchange(server, "?encoding=linear16", [cases["Ogg"][:4096], b""])
+    assert [m["type"] for m in messages][-1:] == ["Metadata"] and code == 1000
+    assert "Error" not in [m["type"] for m in messages]
+
+
+def test_configure_gets_configure_failure_and_the_stream_goes_on(server: LiveServer) -> None:
+    """deepgram-sdk's send_configure: a ConfigureFailure (we do not change keyterms
+    mid-stream), then the stream goes on."""
+    client = DeepgramClient(api_key=KEY, environment=environment(server))
+    with client.listen.v1.connect(model="nova-3", encoding="linear16") as socket:
+        heard = Listener(socket)
+        socket.send_configure(ListenV1Configure(keyterms=["Qwen"]))
+        assert heard.wait(lambda: bool(heard.of(ListenV1ConfigureFailure)), timeout=30)
+        send(socket, pcm16(load("sentence_03.wav")), 3200)
+        socket.send_close_stream()
+        assert heard.wait(heard.closed.is_set)
+    raw = heard.checked()
+    (failed,) = heard.of(ListenV1ConfigureFailure)
+    assert failed.code == "CONFIGURE_KEYTERMS_NOT_SUPPORTED" and "query" in failed.description
+    assert failed.request_id == raw[-1]["request_id"]
+    assert not heard.of(ListenV1Error)
+    assert wer([transcripts()["sentence_03.wav"]], [text(heard.finals())]) <= 0.3
+    assert heard.tap.ws.close_code == 1000
+
+
+def test_an_empty_binary_frame_closes_the_stream_as_close_stream_does(server: LiveServer) -> None:
+    """Deepgram's older close signal: the buffered audio finalised, Metadata, close 1000."""
+    audio = pcm16(load("sentence_04.wav"))
+    frames: list[bytes | str] = [audio[i : i + 3200] for i in range(0, len(audio), 3200)]
+    messages, code, _ = exchange(server, "?encoding=linear16", [*frames, b""])
+    assert [m["type"] for m in messages][-1] == "Metadata" and code == 1000
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    said = " ".join(m["channel"]["alternatives"][0]["transcript"] for m in finals)
+    assert wer([transcripts()["sentence_04.wav"]], [said]) <= 0.3
+
+
+def test_a_text_frame_over_4_kib_gets_an_error_and_the_stream_goes_on(server: LiveServer) -> None:
+    padded = json.dumps({"type": "KeepAlive", "pad": "x" * 5000})
+    frames: list[bytes | str] = [padded, json.dumps({"type": "CloseStream"})]
+    messages, code, _ = exchange(server, "?encoding=linear16", frames)
+    assert [m["type"] for m in messages] == ["Error", "Metadata"] and code == 1000
+    assert "4096 bytes" in messages[0]["description"]
+
+
+def test_audio_past_ws_max_session_s_closes_1008_data_0000() -> None:
+    """The stream's audio limit: an Error, Metadata, then Deepgram's documented 1008
+    `DATA-0000` (there is no DATA-0001)."""
+    settings = whisper_settings(api_key=KEY, ws_max_session_s=1.0)
+    with live_server(create_app(settings)) as srv:
+        audio = pcm16(load("sentence_05.wav"))
+        messages, code, reason = exchange(srv, "?encoding=linear16", [audio[:16000], audio])
+    kinds = [m["type"] for m in messages]
+    assert kinds[0] == "Error" and kinds[-1] == "Metadata", kinds
+    assert (code, reason) == (1008, "DATA-0000")
+
+
+def test_a_failed_final_forgets_its_utterance_start() -> None:
+    wire = wire_for()
+    wire.event(0, SpeechStarted(1, 500), 0.5)
+    failed = FinalFailed(1, "silence", (), 1.0, InferenceError("boom"), start=0.5, end=1.5)
+    wire.event(0, failed, 1.5)
+    assert wire.lanes[0].started == {}
 
 
 def post(

@@ -80,6 +80,14 @@ class PcmIngest:
         resampler, after taking what the old one held."""
         self._after_busy(lambda: self._set_rate(rate, encoding))
 
+    def set_channels(self, channels: int, mix: bool) -> None:
+        """Before any audio (a WAV header read from a live stream's first bytes): how many
+        channels its frames have, and whether they are mixed into one."""
+        with self._lock:
+            self.channels, self.mix = channels, mix
+            self._empty = self._tail = np.zeros((0, channels) if channels > 1 else 0, np.float32)
+            self._resampler = None if self.rate == SAMPLE_RATE else self._new_resampler()
+
     def _set_rate(self, rate: int, encoding: Encoding | None) -> None:
         with self._lock:
             if encoding is not None and encoding != self.encoding:

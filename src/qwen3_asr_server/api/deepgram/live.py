@@ -5,10 +5,13 @@ The query (`query.py`) is checked before the handshake completes: a wrong key is
 with HTTP 401, a value we cannot serve with HTTP 400, a full server with 429, each with
 Deepgram's body (`err_code`, `err_msg`, `request_id`) and its `dg-error` and `dg-request-id`
 headers; an accepted handshake carries `dg-request-id` too. Once open, binary frames are
-audio (linear16, mulaw or alaw, at `sample_rate`, `channels` interleaved); text frames are
-`KeepAlive`, `Finalize` and `CloseStream` (`messages.py`); one we cannot use gets an `Error`
-message and the stream goes on. `CloseStream` (or an idle stream, DEEPGRAM_IDLE_TIMEOUT_S)
-finalises what is buffered, sends `Metadata` and closes (an idle one with 1011 `NET-0001`).
+audio (linear16, mulaw or alaw, at `sample_rate`, `channels` interleaved; with no `encoding`,
+a WAV header in the first frame sets them, and a compressed container is refused with 1008
+`DATA-0000`: `containers.py`); text frames are `KeepAlive`, `Finalize`, `CloseStream` and
+`Configure` (answered `ConfigureFailure`), at most 4 KiB (`messages.py`); one we cannot use
+gets an `Error` message and the stream goes on. `CloseStream` (or an empty binary frame, or an
+idle stream, DEEPGRAM_IDLE_TIMEOUT_S) finalises what is buffered, sends `Metadata` and closes
+(an idle one with 1011 `NET-0001`; past WS_MAX_SESSION_S, 1008 `DATA-0000`).
 With `multichannel=true` each channel is its own session (`ChannelGroup`); without it, the
 channels are mixed into one."""
 
@@ -22,7 +25,10 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
+from loguru import logger
 
+from ...audio.channels import MAX_CHANNELS
+from ...audio.pcm import SAMPLE_RATE
 from ...errors import ServiceError
 from ...logging import HANDSHAKE_DENIED, REQUEST_ID
 from ...streaming.channels import ChannelGroup
@@ -43,11 +49,22 @@ from ..ws_common import (
     serve_session,
 )
 from . import messages as m
-from .query import ListenQuery, QueryError, listen_tokens, parse_query
-from .wire import Wire, error
+from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
+from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query
+from .wire import Wire, configure_failure, error
 
 router = APIRouter()
-SAMPLE_RATE = 16000
+
+
+def close_code(reason: str) -> tuple[int, str]:
+    """An ending's close frame, with Deepgram's documented reasons only: 1011 `NET-0001` for
+    an idle stream; 1008 `DATA-0000` (its one data reason: audio it cannot decode) for audio
+    we cannot decode and for audio past WS_MAX_SESSION_S (its `Error` says which)."""
+    if reason == "idle":
+        return 1011, "NET-0001"
+    if reason in ("limit", "undecodable"):
+        return 1008, "DATA-0000"
+    return 1000, ""
 
 
 async def refuse(websocket: WebSocket, status: int, code: str, message: str) -> None:
@@ -125,15 +142,12 @@ async def listen(websocket: WebSocket) -> None:
         await release(ctx, websocket, session, outbox, "disconnect", ingest)
         raise
 
-    def close_code(reason: str) -> tuple[int, str]:
-        return {"idle": (1011, "NET-0001"), "limit": (1011, "DATA-0001")}.get(reason, (1000, ""))
-
     ending = Ending(settings.deepgram_idle_timeout_s, stream.farewell, close_code)
     await serve_session(ctx, websocket, session, outbox, stream.on_message, None, ingest, ending)
 
 
 class Stream:
-    """One open stream's messages: audio, KeepAlive, Finalize, CloseStream."""
+    """One open stream's messages: audio, KeepAlive, Finalize, CloseStream, Configure."""
 
     def __init__(
         self,
@@ -150,6 +164,7 @@ class Stream:
         self.created = self.created.replace("+00:00", "Z")
         self.sha = hashlib.sha256()
         self.received = 0  # audio bytes
+        self.head: bytes | None = b"" if query.sniff else None  # first bytes, not yet read
 
     async def on_message(self, received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
@@ -159,8 +174,8 @@ class Stream:
             msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
             await self.outbox.put(error(msg))
             return None
-        if data is not None:
-            return await self.audio(data)
+        if data is not None:  # (an empty one: Deepgram's older CloseStream)
+            return await self.audio(data) if data else "close_stream"
         if text is None:
             return None
         try:
@@ -170,19 +185,26 @@ class Stream:
             return None
         if isinstance(message, m.CloseStream):
             return "close_stream"
+        if isinstance(message, m.Configure):
+            await self.outbox.put(configure_failure(self.wire.request_id, message))
         if isinstance(message, m.Finalize):
             await self.finalize(message.channel)
         return None  # (a KeepAlive: the idle timer starts again)
 
     async def audio(self, data: bytes) -> str | None:
-        if not data:
-            return None
+        self.sha.update(data)
+        if self.head is not None:
+            unwrapped = await self.unwrap(self.head + data)
+            if not isinstance(unwrapped, bytes):
+                return unwrapped  # (None: more of a WAV header to come)
+            if not unwrapped:
+                return None
+            data = unwrapped
         if not await self.ingest.feed(self.session, data):
             limit_s = self.ctx.settings.ws_max_session_s
             msg = f"The stream reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
             await self.outbox.put(error(msg))
             return "limit"
-        self.sha.update(data)
         self.received += len(data)
         for c, lane in enumerate(self.lanes):
             speaking = lane.turns.utterance is not None
@@ -190,6 +212,51 @@ class Stream:
             for message, _ in self.wire.utterance_end(c, position, speaking):
                 await self.outbox.put(message)
         return None
+
+    async def unwrap(self, head: bytes) -> bytes | str | None:
+        """The stream's first bytes, sent with no `encoding`: a WAV's header read and taken
+        off (None: more of it to come); a compressed container refused ("undecodable");
+        anything else is raw audio as the query says."""
+        self.head = None
+        try:
+            if (name := compressed(head)) is not None:
+                raise Undecodable(
+                    f"{name} audio is not decoded on a live stream: send raw audio with "
+                    "encoding=linear16, mulaw or alaw (and its sample_rate), or POST the file "
+                    "to /v1/listen."
+                )
+            if not is_wav(head):
+                return head
+            wav = wav_header(head)
+            if wav is None:
+                self.head = head
+                return None
+            self.use(wav)
+        except (Undecodable, QueryError) as exc:
+            await self.outbox.put(m.dump(m.Error(variant="DecodeError", description=str(exc))))
+            return "undecodable"
+        return head[wav.header :]
+
+    def use(self, wav: WavFormat) -> None:
+        """A WAV header's format for the rest of the stream, checked as the query's is."""
+        try:
+            rate = in_range("sample_rate", wav.sample_rate, *RATES)
+            channels = in_range("channels", wav.channels, 1, MAX_CHANNELS)
+        except QueryError as exc:
+            raise Undecodable(f"The WAV header's {exc}") from None
+        multi = self.query.multichannel
+        if multi and channels != self.query.channels:
+            raise Undecodable(
+                f"The WAV has {channels} channel(s): with multichannel=true, send "
+                f"channels={channels} in the query."
+            )
+        self.query = replace(self.query, encoding=wav.encoding, sample_rate=rate, channels=channels)
+        self.wire.query = self.query
+        self.ingest.set_channels(channels, mix=channels > 1 and not multi)
+        self.ingest.set_rate(rate, wav.encoding)
+        logger.info(
+            "listen: a WAV stream, {} at {} Hz, {} channel(s)", wav.encoding, rate, channels
+        )
 
     async def finalize(self, channel: int | None) -> None:
         """Every channel's buffered audio (or one channel's) finalised; a channel with

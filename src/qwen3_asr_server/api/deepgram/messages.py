@@ -1,8 +1,8 @@
 """Every message of WS /v1/listen as a pydantic model: what the server sends (`Results`,
-`SpeechStarted`, `UtteranceEnd`, `Metadata`, `Error`), with Deepgram's field names (the
-tests re-validate each one against deepgram-sdk's own types), and what a client sends
-(`KeepAlive`, `Finalize`, `CloseStream`), parsed from JSON text (the SDK puts a space after
-the colon)."""
+`SpeechStarted`, `UtteranceEnd`, `Metadata`, `Error`, `ConfigureFailure`), with Deepgram's
+field names (the tests re-validate each one against deepgram-sdk's own types), and what a
+client sends (`KeepAlive`, `Finalize`, `CloseStream`, `Configure`), parsed from JSON text of
+at most MAX_CONTROL_BYTES (the SDK puts a space after the colon)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ class Error(Strict):
     message: str | None = None
 
 
+class ConfigureFailure(Strict):
+    """A `Configure` refused (we do not change a stream's options mid-stream)."""
+
+    type: Literal["ConfigureFailure"] = "ConfigureFailure"
+    request_id: str
+    code: str
+    description: str
+
+
 class HandshakeError(Strict):
     """The body of a refused handshake (Deepgram's HTTP error shape)."""
 
@@ -118,16 +127,27 @@ class CloseStream(BaseModel):
     type: Literal["CloseStream"]
 
 
-ClientMessage = Annotated[KeepAlive | Finalize | CloseStream, Field(discriminator="type")]
-_CLIENT: TypeAdapter[KeepAlive | Finalize | CloseStream] = TypeAdapter(ClientMessage)
+class Configure(BaseModel):
+    """deepgram-sdk's `send_configure` (new keyterms or features mid-stream): refused."""
+
+    type: Literal["Configure"]
+    keyterms: list[str] | None = None
+    features: dict[str, bool] | None = None
+
+
+Client = KeepAlive | Finalize | CloseStream | Configure
+_CLIENT: TypeAdapter[Client] = TypeAdapter(Annotated[Client, Field(discriminator="type")])
+MAX_CONTROL_BYTES = 4096  # a text frame (none of ours comes near it)
 
 
 class MessageError(ValueError):
     pass
 
 
-def parse_client(text: str) -> KeepAlive | Finalize | CloseStream:
+def parse_client(text: str) -> Client:
     """One client text frame; MessageError says what is wrong with it."""
+    if len(text) > MAX_CONTROL_BYTES or len(text.encode()) > MAX_CONTROL_BYTES:
+        raise MessageError(f"A text message is at most {MAX_CONTROL_BYTES} bytes.")
     try:
         return _CLIENT.validate_json(text)
     except ValidationError as exc:
@@ -137,8 +157,8 @@ def parse_client(text: str) -> KeepAlive | Finalize | CloseStream:
             raise MessageError("The message is not JSON.") from None
         if kind in ("union_tag_invalid", "union_tag_not_found", "model_type"):
             raise MessageError(
-                'Unknown message: send {"type": "KeepAlive"}, {"type": "Finalize"} '
-                'or {"type": "CloseStream"}.'
+                'Unknown message: send {"type": "KeepAlive"}, {"type": "Finalize"}, '
+                '{"type": "CloseStream"} or {"type": "Configure"}.'
             ) from None
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "message"
         raise MessageError(f"{where}: {first.get('msg', 'invalid')}.") from None

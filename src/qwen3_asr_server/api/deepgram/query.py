@@ -1,7 +1,8 @@
 """WS /v1/listen's query, as Deepgram's SDK and the agent frameworks send it: booleans as
 `true`/`false`, lists as repeated parameters. Parsed once into `ListenQuery`; a value we
-cannot serve is a `QueryError` (the handshake is refused with HTTP 400). Parameters we do
-not use (`punctuate`, `smart_format`, `model`, `tag`, ...) are accepted and ignored
+cannot serve is a `QueryError` (the handshake is refused with HTTP 400); values Deepgram
+takes beyond our limits are cut to them (`endpointing`, `utterance_end_ms`, keywords). Parameters
+we do not use (`punctuate`, `smart_format`, `model`, `tag`, ...) are accepted and ignored
 (docs/DEEPGRAM.md)."""
 
 from __future__ import annotations
@@ -9,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from loguru import logger
 from starlette.datastructures import QueryParams
 
 from ...audio.channels import MAX_CHANNELS
 from ...streaming.ingest import Encoding
+from ...transcription.decoding import MAX_KEYWORD_CHARS, MAX_KEYWORDS, MAX_KEYWORDS_TOTAL_CHARS
 
 ENCODINGS: dict[str, Encoding] = {"linear16": "pcm_s16le", "mulaw": "mulaw", "alaw": "alaw"}
 RATES = (8000, 48000)  # the sample rates taken (any in between; resampled to 16 kHz)
 ENDPOINTING_FLOOR_MS = 300  # below it our voice detection would cut at every pause
 ENDPOINTING_CEILING_MS = 5000  # WS_END_SILENCE_MS's range
-UTTERANCE_END_MS = (1000, 5000)  # Deepgram's range for utterance_end_ms
+UTTERANCE_END_MS = (1000, 5000)  # utterance_end_ms: below, refused; above, 5000
 
 
 class QueryError(ValueError):
@@ -28,6 +31,7 @@ class QueryError(ValueError):
 @dataclass(frozen=True)
 class ListenQuery:
     encoding: Encoding = "pcm_s16le"
+    sniff: bool = False  # no `encoding`: the first bytes may be a WAV header (or a container)
     sample_rate: int = 16000
     channels: int = 1
     multichannel: bool = False
@@ -58,6 +62,11 @@ def integer(query: QueryParams, name: str, default: int, low: int, high: int) ->
         value = int(raw)
     except ValueError:
         raise QueryError(f"{name} must be an integer, not {raw!r}.") from None
+    return in_range(name, value, low, high)
+
+
+def in_range(name: str, value: int, low: int, high: int) -> int:
+    """The query's check of a number (also a live WAV header's rate and channels)."""
     if not low <= value <= high:
         raise QueryError(f"{name} must be {low} to {high}, not {value}.")
     return value
@@ -75,6 +84,35 @@ def keyword(value: str) -> str:
     return value.strip()
 
 
+def terms(query: QueryParams) -> list[str]:
+    """`keywords` (a `:boost` dropped) and `keyterm` (as written: keyterms have no boosts),
+    blanks and repeats dropped, cut to what our decoding takes (transcription/decoding.py's
+    limits): Deepgram takes more, so the rest is logged at INFO, never refused."""
+    words = [keyword(v) for v in query.getlist("keywords")]
+    words += [" ".join(v.split()) for v in query.getlist("keyterm")]
+    kept: list[str] = []
+    dropped: list[str] = []
+    total = 0
+    for word in dict.fromkeys(" ".join(w.split()) for w in words if w.strip()):
+        fits = len(word) <= MAX_KEYWORD_CHARS and total + len(word) <= MAX_KEYWORDS_TOTAL_CHARS
+        if fits and len(kept) < MAX_KEYWORDS:
+            kept.append(word)
+            total += len(word)
+        else:
+            dropped.append(word)
+    if dropped:
+        logger.info(
+            "listen: {} keyword(s) beyond our limits ({} terms, {} characters each, {} in all) "
+            "not used: {}",
+            len(dropped),
+            MAX_KEYWORDS,
+            MAX_KEYWORD_CHARS,
+            MAX_KEYWORDS_TOTAL_CHARS,
+            ", ".join(repr(w[:40]) for w in dropped[:10]) + (" ..." if len(dropped) > 10 else ""),
+        )
+    return kept
+
+
 def language(raw: str | None) -> str | None:
     """BCP-47 (`en-US`) -> its language (`en`); `multi` or none: detect."""
     if not raw or raw.lower() == "multi":
@@ -83,6 +121,7 @@ def language(raw: str | None) -> str | None:
 
 
 def parse_query(query: QueryParams) -> ListenQuery:
+    sniff = not query.get("encoding")
     raw_encoding = query.get("encoding") or "linear16"
     encoding = ENCODINGS.get(raw_encoding.lower())
     if encoding is None:
@@ -102,15 +141,16 @@ def parse_query(query: QueryParams) -> ListenQuery:
         endpointing = min(max(value, ENDPOINTING_FLOOR_MS), ENDPOINTING_CEILING_MS)
     utterance_end = None
     if query.get("utterance_end_ms"):
-        utterance_end = integer(query, "utterance_end_ms", 0, *UTTERANCE_END_MS)
-    words = [keyword(v) for name in ("keywords", "keyterm") for v in query.getlist(name)]
+        low, high = UTTERANCE_END_MS
+        utterance_end = min(integer(query, "utterance_end_ms", 0, low, 10**9), high)
     return ListenQuery(
         encoding=encoding,
+        sniff=sniff,
         sample_rate=sample_rate,
         channels=channels,
         multichannel=flag(query, "multichannel"),
         language=language(query.get("language")),
-        keywords=[w for w in words if w],
+        keywords=terms(query),
         interim_results=flag(query, "interim_results"),
         endpointing=endpointing,
         utterance_end_ms=utterance_end,
@@ -143,10 +183,9 @@ class FileQuery:
 
 
 def parse_file_query(query: QueryParams) -> FileQuery:
-    words = [keyword(v) for name in ("keywords", "keyterm") for v in query.getlist(name)]
     return FileQuery(
         language=language(query.get("language")),
-        keywords=[w for w in words if w],
+        keywords=terms(query),
         multichannel=flag(query, "multichannel"),
         diarize=flag(query, "diarize"),
         utterances=flag(query, "utterances"),

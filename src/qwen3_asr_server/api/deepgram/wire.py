@@ -24,20 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...streaming.events import Final, FinalFailed, Partial, SpeechStarted, StreamEvent
+from ...text import letter_index
 from . import messages as m
 from .query import ListenQuery
 
 Out = list[tuple[dict[str, Any], bool]]  # (message, droppable)
-
-
-def speaker_number(label: str | None) -> int | None:
-    """A live speaker's letters (A, B, ..., Z, AA) -> 0, 1, ..., 25, 26; None otherwise."""
-    if not label or not label.isascii() or not label.isalpha() or not label.isupper():
-        return None
-    number = 0
-    for letter in label:
-        number = number * 26 + (ord(letter) - ord("A") + 1)
-    return number - 1
 
 
 def words(text: str, start: float, end: float, speaker: int | None) -> list[m.Word]:
@@ -140,6 +131,7 @@ class Wire:
             case Final():
                 return self.final(channel, event)
             case FinalFailed():
+                lane.started.pop(event.utterance, None)
                 error = m.Error(variant="TranscriptionError", description=event.error.message)
                 out = [(m.dump(error), False)]
                 ended = event.reason == "silence"
@@ -162,7 +154,7 @@ class Wire:
             return []
         if event.text:
             lane.word_end = event.end
-        speaker = speaker_number(event.speaker) if self.query.diarize else None
+        speaker = letter_index(event.speaker) if self.query.diarize else None
         flags = (True, ended, finalize)
         message = self.results(channel, event.text, (event.start, event.end), flags, speaker)
         return [(message, False)]
@@ -199,3 +191,15 @@ class Wire:
 def error(description: str, sent: str | None = None) -> dict[str, Any]:
     """A client message we could not use (the stream goes on)."""
     return m.dump(m.Error(variant="SchemaError", description=description, message=sent))
+
+
+def configure_failure(request_id: str, asked: m.Configure) -> dict[str, Any]:
+    """A `Configure` refused: a stream's keyterms and features are set by its query."""
+    what = "keyterms" if asked.keyterms is not None else "features"
+    description = (
+        f"This server does not change a stream's {what} mid-stream: set keyterm/keywords "
+        "(and the other options) in the query when opening the stream. The stream goes on "
+        "as it was opened."
+    )
+    code = "CONFIGURE_KEYTERMS_NOT_SUPPORTED"
+    return m.dump(m.ConfigureFailure(request_id=request_id, code=code, description=description))
