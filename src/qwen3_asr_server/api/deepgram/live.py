@@ -17,7 +17,6 @@ channels are mixed into one."""
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 from collections.abc import MutableMapping
 from dataclasses import replace
@@ -51,6 +50,8 @@ from ..ws_common import (
 from . import messages as m
 from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
 from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query
+from .refusals import INVALID_AUTH, LISTEN_PATH, error_body
+from .response import created_now
 from .wire import Wire, configure_failure, error
 
 router = APIRouter()
@@ -70,26 +71,25 @@ def close_code(reason: str) -> tuple[int, str]:
 async def refuse(websocket: WebSocket, status: int, code: str, message: str) -> None:
     """Refuse the handshake with an HTTP error, as Deepgram does; a server without the
     denial extension accepts, sends an `Error` and closes (1008 auth, else 1011)."""
-    request_id = REQUEST_ID.get()
-    body = m.HandshakeError(err_code=code, err_msg=message, request_id=request_id)
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
         header = message.encode("ascii", "replace").decode()
-        headers = {"dg-error": header, "dg-request-id": request_id}
+        headers = {"dg-error": header, "dg-request-id": REQUEST_ID.get()}
+        body = error_body(status, message, code)
         HANDSHAKE_DENIED.set(True)
-        await websocket.send_denial_response(JSONResponse(m.dump(body), status, headers))
+        await websocket.send_denial_response(JSONResponse(body, status, headers))
         return
     await websocket.accept()
     await websocket.send_json(error(message))
     await websocket.close(1008 if status == 401 else 1011, code)
 
 
-@router.websocket("/v1/listen")
+@router.websocket(LISTEN_PATH)
 async def listen(websocket: WebSocket) -> None:
     ctx: AppContext = websocket.app.state.ctx
     settings = ctx.settings
     offered: list[str] = list(websocket.scope.get("subprotocols") or [])
     if not any_key_ok(ctx, listen_tokens(websocket.headers.get("authorization"), offered)):
-        await refuse(websocket, 401, "INVALID_AUTH", "Invalid credentials.")
+        await refuse(websocket, 401, INVALID_AUTH, "Invalid credentials.")
         return
     try:
         query = parse_query(websocket.query_params)
@@ -160,8 +160,7 @@ class Stream:
     ) -> None:
         self.ctx, self.query, self.wire, self.outbox, self.ingest = ctx, query, wire, outbox, ingest
         self.session, self.lanes = sessions
-        self.created = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        self.created = self.created.replace("+00:00", "Z")
+        self.created = created_now()
         self.sha = hashlib.sha256()
         self.received = 0  # audio bytes
         self.head: bytes | None = b"" if query.sniff else None  # first bytes, not yet read
