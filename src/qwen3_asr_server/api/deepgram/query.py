@@ -17,7 +17,7 @@ from ...audio.channels import MAX_CHANNELS
 from ...streaming.ingest import Encoding
 from ...transcription.decoding import MAX_KEYWORD_CHARS, MAX_KEYWORDS, MAX_KEYWORDS_TOTAL_CHARS
 
-ENCODINGS: dict[str, Encoding] = {"linear16": "pcm_s16le", "mulaw": "mulaw", "alaw": "alaw"}
+LISTEN_ENCODINGS: dict[str, Encoding] = {"linear16": "pcm_s16le", "mulaw": "mulaw", "alaw": "alaw"}
 RATES = (8000, 48000)  # the sample rates taken (any in between; resampled to 16 kHz)
 ENDPOINTING_FLOOR_MS = 300  # below it our voice detection would cut at every pause
 ENDPOINTING_CEILING_MS = 5000  # WS_END_SILENCE_MS's range
@@ -123,7 +123,7 @@ def language(raw: str | None) -> str | None:
 def parse_query(query: QueryParams) -> ListenQuery:
     sniff = not query.get("encoding")
     raw_encoding = query.get("encoding") or "linear16"
-    encoding = ENCODINGS.get(raw_encoding.lower())
+    encoding = LISTEN_ENCODINGS.get(raw_encoding.lower())
     if encoding is None:
         raise QueryError(
             f"encoding {raw_encoding!r} is not supported here: send raw audio as linear16, "

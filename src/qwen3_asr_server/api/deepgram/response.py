@@ -16,7 +16,7 @@ from ...transcript import Segment, Transcript, Word
 from . import messages as m
 from .query import FileQuery
 
-SENTENCE_END = re.compile(r"[.?!…]['\")\]]*$")
+ENDS_SENTENCE = re.compile(r"[.?!…]['\")\]]*$")
 
 
 def created_now() -> str:
@@ -53,7 +53,7 @@ def sentences(words: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: list[list[dict[str, Any]]] = [[]]
     for word in words:
         groups[-1].append(word)
-        if SENTENCE_END.search(word["punctuated_word"]):
+        if ENDS_SENTENCE.search(word["punctuated_word"]):
             groups.append([])
     return [
         {
