@@ -8,14 +8,13 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from ..errors import BadRequestError
-from ..outputs.diarization import SpeakerTranscriber
 from ..outputs.formats import to_srt, to_vtt
 from ..outputs.subtitles import build_cues, cue_rules, cue_segments
 from ..transcript import Segment
 from .deps import AppContext, get_ctx, require_api_key
 from .disconnect import unless_client_leaves
 from .forms import SubtitleForm
-from .uploads import read_upload
+from .uploads import read_upload, transcription
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -44,13 +43,7 @@ async def create_subtitles(
     if form.mode == "accurate":
         check_accurate(ctx)
     audio = await read_upload(ctx, request, form.file)
-    if form.diarize:
-        speakers = SpeakerTranscriber(ctx.transcriber, ctx.settings.diarize_max_seconds)
-        speakers.check(audio)
-        work = speakers.transcribe(audio, options, [])
-    else:
-        work = ctx.transcriber.transcribe(audio, options)
-    result = await unless_client_leaves(request, work)
+    result = await unless_client_leaves(request, transcription(ctx, audio, options, form.diarize))
     rules = cue_rules(ctx.settings, form.max_line_chars)
     cues = build_cues(result.segments, rules, result.duration)
     segments = cue_segments(cues)

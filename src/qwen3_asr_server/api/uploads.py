@@ -4,7 +4,8 @@ loop. Every upload route reads its file here."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from fastapi import Request, UploadFile
 
@@ -12,6 +13,9 @@ from ..audio.budget import Reservation
 from ..audio.channels import check_channels, decode_channels
 from ..audio.decode import Audio, check_duration, decode_audio, is_raw_pcm, probe_seconds
 from ..errors import TooLargeError
+from ..outputs.diarization import SpeakerTranscriber
+from ..transcript import Transcript
+from ..transcription.service import Options
 from .deps import AppContext
 from .middleware import on_request_end
 
@@ -74,3 +78,15 @@ def held_until_the_end(ctx: AppContext, request: Request) -> Reservation:
     reservation = ctx.budget.reserve(0.0)
     on_request_end(request.scope, reservation.release)
     return reservation
+
+
+def transcription(
+    ctx: AppContext, audio: Audio, options: Options, diarize: bool
+) -> Coroutine[Any, Any, Transcript]:
+    """An upload's transcription, with speakers (checked against DIARIZE_MAX_SECONDS first)
+    when `diarize`: the work for `unless_client_leaves`."""
+    if not diarize:
+        return ctx.transcriber.transcribe(audio, options)
+    speakers = SpeakerTranscriber(ctx.transcriber, ctx.settings.diarize_max_seconds)
+    speakers.check(audio)
+    return speakers.transcribe(audio, options, [])

@@ -23,14 +23,13 @@ from starlette.datastructures import Headers
 
 from ...errors import BadRequestError, ServiceError
 from ...logging import REQUEST_ID, redact_url
-from ...outputs.diarization import SpeakerTranscriber
 from ...transcription.channels import channel_names, transcribe_channels
 from ...transcription.service import Options
 from ..deps import AppContext
 from ..disconnect import unless_client_leaves
 from ..error_table import http_status
 from ..middleware import on_request_end
-from ..uploads import read_channels, read_upload
+from ..uploads import read_channels, read_upload, transcription
 from . import messages as m
 from .fetch import Fetches, UrlFetcher, host_patterns
 from .query import QueryError, parse_file_query
@@ -196,12 +195,7 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
             channels, duration = len(tracks), tracks[0].duration
         else:
             audio = await read_upload(ctx, request, upload)
-            if query.diarize:
-                diarizer = SpeakerTranscriber(ctx.transcriber, ctx.settings.diarize_max_seconds)
-                diarizer.check(audio)
-                work = diarizer.transcribe(audio, options, [])
-            else:
-                work = ctx.transcriber.transcribe(audio, options)
+            work = transcription(ctx, audio, options, query.diarize)
             channels, duration = 1, audio.duration
         result = await unless_client_leaves(request, work)
     finally:
