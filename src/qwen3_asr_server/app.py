@@ -28,6 +28,7 @@ from .api import (
 from .api import metrics as metrics_route
 from .api.deepgram import live as deepgram_live
 from .api.deepgram import prerecorded as deepgram_file
+from .api.deepgram.fetch import Fetches, host_patterns
 from .api.deps import AppContext
 from .api.error_handlers import install_error_handlers
 from .api.middleware import (
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             started_wall=time.time(),
             client_secrets=ClientSecretStore(),
             voices=voices,
+            fetches=Fetches(host_patterns(settings.listen_url_hosts)),
         )
 
         # every live route has its series in /metrics, at 0 while none of its streams is open

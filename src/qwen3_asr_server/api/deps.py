@@ -18,6 +18,7 @@ from ..runtime.scheduler import PriorityScheduler
 from ..runtime.voices import Voices
 from ..streaming.registry import SessionRegistry
 from ..transcription.service import Transcriber
+from .deepgram.fetch import Fetches
 from .secret_store import PREFIX, ClientSecretStore
 
 
@@ -38,6 +39,7 @@ class AppContext:
     started_wall: float  # time.time() at start
     client_secrets: ClientSecretStore  # ek_ keys for /v1/realtime (api/client_secrets.py)
     voices: Voices  # live speakers' fingerprints, one child for every stream (runtime/voices.py)
+    fetches: Fetches  # POST /v1/listen's URL bodies: LISTEN_URL_HOSTS, slots (deepgram/fetch.py)
 
 
 def get_ctx(request: Request) -> AppContext:

@@ -215,7 +215,7 @@ class UrlFetcher:
 
 
 class Fetches:
-    """One app's URL fetching (on its state): its host patterns, at most `slots` fetches at
+    """One app's URL fetching (on its AppContext): its host patterns, at most `slots` fetches at
     once (beyond them a 503 to retry, as a full queue is), the TLS context built once."""
 
     def __init__(self, hosts: tuple[str, ...], slots: int = MAX_FETCHES) -> None:

@@ -16,7 +16,7 @@ import json
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, UploadFile
+from fastapi import APIRouter, Request, UploadFile
 from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.datastructures import Headers
@@ -31,7 +31,7 @@ from ..error_table import http_status
 from ..middleware import on_request_end
 from ..uploads import read_channels, read_upload, transcription
 from . import messages as m
-from .fetch import Fetches, UrlFetcher, host_patterns
+from .fetch import UrlFetcher
 from .query import QueryError, parse_file_query
 from .refusals import LISTEN_PATH, error_body
 from .response import created_now, file_body
@@ -101,20 +101,12 @@ async def body_file(request: Request) -> tuple[UploadFile, str]:
         raise
 
 
-def app_fetches(app: FastAPI, setting: str | None) -> Fetches:
-    """The app's `Fetches` (on its state), made at its first URL."""
-    fetches: Fetches | None = getattr(app.state, "listen_fetches", None)
-    if fetches is None:
-        fetches = app.state.listen_fetches = Fetches(host_patterns(setting))
-    return fetches
-
-
 async def url_file(ctx: AppContext, request: Request) -> tuple[UploadFile, str]:
     """A JSON body's URL, fetched from an allowed host (LISTEN_URL_HOSTS, `fetch.py`) within
     MAX_UPLOAD_MB, as an upload (spooled), and its sha256. Admitted before a byte is fetched
     (as `read_upload` admits: MAX_QUEUE, the budget's room); the fetch holds one of the
     app's fetch slots and stops when the client leaves."""
-    fetches = app_fetches(request.app, ctx.settings.listen_url_hosts)
+    fetches = ctx.fetches
     if not fetches.hosts:
         raise BadRequestError(
             "This server does not fetch audio from URLs (LISTEN_URL_HOSTS is empty): send the "
