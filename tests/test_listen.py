@@ -749,6 +749,22 @@ def test_audio_past_ws_max_session_s_closes_1008_data_0000() -> None:
     assert (code, reason) == (1008, "DATA-0000")
 
 
+def test_a_final_that_comes_after_its_gap_was_heard_is_followed_by_utterance_end() -> None:
+    """All the audio sent (the stream at 5 s), the final of speech ending at 3 s comes late
+    (a busy engine): its UtteranceEnd follows at once, since no more audio may come to
+    trigger it (the client waits on it, as the real-server test does); not while another
+    utterance is open."""
+    wire = wire_for(utterance_end_ms=1000)
+    wire.event(0, SpeechStarted(1, 500), 0.5)
+    out = wire.event(0, Final(1, "hello", "silence", (), 2.5, start=0.5, end=3.0), 5.0)
+    assert [m["type"] for m, _ in out] == ["Results", "UtteranceEnd"]
+    assert out[1][0]["last_word_end"] == 3.0
+    wire.event(0, SpeechStarted(2, 6000), 6.0)
+    wire.event(0, SpeechStarted(3, 9000), 9.0)
+    out = wire.event(0, Final(2, "again", "silence", (), 2.0, start=6.0, end=8.0), 10.0)
+    assert [m["type"] for m, _ in out] == ["Results"]  # utterance 3 is being spoken
+
+
 def test_a_failed_final_forgets_its_utterance_start() -> None:
     wire = wire_for()
     wire.event(0, SpeechStarted(1, 500), 0.5)

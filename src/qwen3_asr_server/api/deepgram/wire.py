@@ -128,8 +128,9 @@ class Wire:
             case Partial() if self.query.interim_results:
                 start = lane.started.get(event.utterance, lane.last_end)
                 return [(self.results(channel, event.text, (start, position)), True)]
-            case Final():
-                return self.final(channel, event)
+            case Final():  # (its gap may be heard already: a final that came late)
+                out = self.final(channel, event)
+                return out + self.utterance_end(channel, position, speaking=bool(lane.started))
             case FinalFailed():
                 lane.started.pop(event.utterance, None)
                 error = m.Error(variant="TranscriptionError", description=event.error.message)
