@@ -59,7 +59,7 @@ class ServerProcess:
             self._seen.wait_for(lambda: any(text in line for line in self.lines), timeout)
             return next((line for line in self.lines if text in line), None)
 
-    def wait_healthy(self, timeout: float = 30.0) -> float:
+    def wait_healthy(self, timeout: float = 120.0) -> float:
         """Seconds from process start to the first 200 on /health."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -120,7 +120,7 @@ def test_the_process_shows_both_models(tiny_qwen_dir: Path, tmp_path: Path) -> N
     server = ServerProcess(env, cwd=tmp_path)
     try:
         server.wait_healthy()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         health = httpx.get(server.url + "/health").json()
         while not health["model_loaded"] and time.monotonic() < deadline:
             time.sleep(0.3)

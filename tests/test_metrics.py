@@ -154,7 +154,7 @@ def test_the_served_process_freezes_what_it_imported_at_start() -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     front = ServerProcess({"ENGINE": "remote", "REMOTE_BACKENDS": dead, "API_KEY": "k3y"})
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         assert value(scrape(front.url), "asr_gc_frozen_objects") > 10_000
     finally:
         front.stop()

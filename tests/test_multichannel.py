@@ -337,17 +337,28 @@ def test_nan_and_inf_samples_are_silence_not_brackets(
     sf.write(
         buf, with_bad_floats(np.asarray(audio, np.float32)), rate, format="WAV", subtype="FLOAT"
     )
-    extra = {"multichannel": "true"} if stereo else {}
-    text = (
-        client(server)
-        .audio.transcriptions.create(
-            model="whisper-1", file=("f.wav", buf.getvalue()), extra_body=extra
+    if not stereo:
+        text = (
+            client(server)
+            .audio.transcriptions.create(model="whisper-1", file=("f.wav", buf.getvalue()))
+            .text
         )
-        .text
+        assert ")" not in text
+        assert wer([speech.sentences()["sentence_01.wav"]], [text]) < 0.5, text
+        return
+    # A call is compared channel by channel: its text is in time order, so against the agent's
+    # lines then the customer's the WER was about 0.5 by construction (issue 58 §3).
+    body = client(server).audio.transcriptions.create(
+        model="whisper-1",
+        file=("f.wav", buf.getvalue()),
+        response_format="verbose_json",
+        extra_body={"multichannel": "true"},
     )
-    assert ")" not in text
-    said = reference(AGENT + CUSTOMER) if stereo else speech.sentences()["sentence_01.wav"]
-    assert wer([said], [text]) < 0.5, text
+    assert ")" not in body.text
+    segments: list[Any] = body.segments or []
+    for channel, names in enumerate((AGENT, CUSTOMER)):
+        heard = " ".join(s.text for s in segments if s.channel == channel)  # type: ignore[attr-defined]
+        assert wer([reference(names)], [heard]) < 0.5, (channel, heard)
 
 
 def test_a_call_gets_the_same_text_however_busy_the_server_is() -> None:

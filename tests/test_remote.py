@@ -57,7 +57,7 @@ def cluster() -> Iterator[dict[str, Any]]:
     backends = [backend() for _ in range(3)]
     front = ServerProcess(front_env([b.url + "/v1" for b in backends]))
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         wait_until(lambda: health(front)["backends_up"] == 3, 30)
         yield {"front": front, "backends": backends}
     finally:
@@ -224,7 +224,7 @@ def test_all_backends_down_then_one_comes_back() -> None:
     front = ServerProcess(front_env(urls))
     revived = None
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         with open(speech.path("sentence_01.wav"), "rb") as f:
             data = f.read()
         r = httpx.post(front.url + "/v1/audio/transcriptions", files={"file": ("a.wav", data)})
@@ -378,7 +378,7 @@ def test_an_offline_front_never_looks_for_the_model_itself(standin: str, named: 
         extra["REMOTE_MODEL"] = "Qwen/Qwen3-ASR-1.7B"
     front = ServerProcess(front_env([standin + "/v1"], **extra))
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         wait_until(lambda: health(front)["backends_up"] == 1, 30)
         assert transcribe(front, "sentence_01.wav").text.startswith("stand-in heard")
         assert health(front)["model_id"] == "Qwen/Qwen3-ASR-1.7B"
@@ -403,7 +403,7 @@ def test_a_hung_backend_leaves_the_rotation_until_a_job_succeeds() -> None:
         env = front_env([hung + "/v1", healthy + "/v1"], REQUEST_TIMEOUT="5")
         front = ServerProcess(env)
         try:
-            front.wait_healthy(30)
+            front.wait_healthy()
             wait_until(lambda: health(front)["backends_up"] == 2, 30)
             for _ in range(6):
                 assert transcribe(front, "sentence_01.wav").text.startswith("stand-in heard")
@@ -427,7 +427,7 @@ def backend_state(front: ServerProcess, url: str) -> dict[str, Any]:
 def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:
     front = ServerProcess(front_env([standin + "/v1"], REMOTE_API_KEY="sekret"))
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         wait_until(lambda: health(front)["backends_up"] == 1, 30)
         assert health(front)["model_id"] == "Qwen/Qwen3-ASR-1.7B"  # from the backend's list
         text = transcribe(
@@ -462,7 +462,7 @@ def test_the_front_sends_only_what_vllm_accepts(standin: str) -> None:
 def test_a_wrong_backend_key_is_named(standin: str) -> None:
     front = ServerProcess(front_env([standin + "/v1"], REMOTE_API_KEY="wrong"))
     try:
-        front.wait_healthy(30)
+        front.wait_healthy()
         wait_until(lambda: health(front)["model_loaded"], 30)
         state = health(front)["backends"][0]
         assert state["state"] == "down" and "REMOTE_API_KEY" in state["last_error"]
@@ -485,7 +485,7 @@ def test_credentials_in_a_backend_url_are_sent_and_never_shown() -> None:
             dead = f"127.0.0.1:{free_port()}"
             urls = [f"http://asr:{secret}%2Fx@{host}/v1", f"http://asr:{secret}%2Fx@{dead}/v1"]
             front = ServerProcess(front_env(urls, REMOTE_API_KEY="bearer-key"))
-            front.wait_healthy(30)
+            front.wait_healthy()
             wait_until(lambda: health(front)["backends_up"] == 1, 30)
             state = health(front)
             assert [b["url"] for b in state["backends"]] == [
@@ -522,7 +522,7 @@ def test_a_job_whose_caller_left_is_cancelled_on_the_backend() -> None:
     with run_standin("--delay", "8") as url:
         front = ServerProcess(front_env([url + "/v1"], REQUEST_TIMEOUT="1"))
         try:
-            front.wait_healthy(30)
+            front.wait_healthy()
             wait_until(lambda: health(front)["backends_up"] == 1, 30)
             with pytest.raises(openai.APIStatusError) as info:
                 transcribe(front, "sentence_01.wav")
@@ -534,7 +534,7 @@ def test_a_job_whose_caller_left_is_cancelled_on_the_backend() -> None:
 
             front_sse = ServerProcess(front_env([url + "/v1"]))
             try:
-                front_sse.wait_healthy(30)
+                front_sse.wait_healthy()
                 wait_until(lambda: health(front_sse)["backends_up"] == 1, 30)
                 with open(speech.path("sentence_02.wav"), "rb") as f:
                     files = {"file": ("a.wav", f.read())}

@@ -45,7 +45,7 @@ def test_failover_keeps_the_survivor_within_remote_max_inflight() -> None:
         env = front_env([url + "/v1", dead], REMOTE_MAX_INFLIGHT="2")
         front = ServerProcess(env)
         try:
-            front.wait_healthy(30)
+            front.wait_healthy()
             wait_until(lambda: health(front)["model_loaded"], 30)
             assert health(front)["backends"][1]["state"] == "down"
             with ThreadPoolExecutor(6) as pool:
@@ -83,7 +83,7 @@ def test_dual_model_keeps_the_backends_capacity_and_their_health() -> None:
         )
         front = ServerProcess(env)
         try:
-            front.wait_healthy(30)
+            front.wait_healthy()
             wait_until(lambda: health(front)["model_loaded"], 60)
             state = health(front)
             assert state["fast_model"]["engine"] == "whisper"
