@@ -354,7 +354,7 @@ def test_a_file_part_with_an_empty_filename_is_a_clear_400(
 def test_realtime_sends_no_empty_delta_and_no_vad_events_without_turn_detection() -> None:
     from dataclasses import replace
 
-    from qwen3_asr_server.api.realtime_wire import RealtimeState, to_openai
+    from qwen3_asr_server.api.openai.realtime_wire import RealtimeState, to_openai
     from qwen3_asr_server.streaming.events import Partial, SpeechStarted, SpeechStopped
     from qwen3_asr_server.streaming.session import StreamConfig
 

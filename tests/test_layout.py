@@ -179,3 +179,27 @@ def test_engines_group_their_modules_in_packages() -> None:
     assert {"fbank", "diarizing", "word_times"}.isdisjoint(top)
     for package in ("qwen", "whisper", "remote", "speakers"):
         assert (ROOT / "engines" / package / "__init__.py").exists()
+
+
+PROTOCOLS = ("openai", "seed", "deepgram")  # api/<protocol>/; api/live/ is what they share
+
+
+def api_package(name: str) -> str:
+    """`openai`, `seed`, `deepgram` or `live` for a module of api/'s packages; "" otherwise."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "api" else ""
+
+
+def test_api_is_one_package_per_protocol() -> None:
+    """Issue 58 §5: api/ by protocol. A protocol's modules live in its package (no `ws_`,
+    `realtime_` or `seed_` prefixes at the top of api/), a protocol never imports another
+    protocol's package, and `live/` (what every WebSocket route shares) imports none."""
+    top = sorted(p.stem for p in (ROOT / "api").glob("*.py"))
+    assert [n for n in top if n.startswith(("ws_", "realtime", "seed_", "live_"))] == []
+    bad = []
+    for source, targets in graph().items():
+        for target in targets:
+            a, b = api_package(source), api_package(target)
+            if b in PROTOCOLS and a != b and a in (*PROTOCOLS, "live"):
+                bad.append(f"{source} -> {target}")
+    assert bad == []

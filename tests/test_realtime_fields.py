@@ -283,7 +283,7 @@ def test_qwen_completed_carries_token_usage_and_logprobs(qwen_settings: Any) -> 
 def test_delta_tokens_are_placed_by_characters_not_by_spacing_or_bytes() -> None:
     """CJK text spaced apart from Latin, and tokens that each hold half a character: each
     token goes with the delta its character begins in."""
-    from qwen3_asr_server.api.realtime_wire import tokens_within
+    from qwen3_asr_server.api.openai.realtime_wire import tokens_within
     from qwen3_asr_server.transcript import TokenLogprob
 
     def token(text: str, raw: bytes | None = None) -> TokenLogprob:

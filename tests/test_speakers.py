@@ -378,7 +378,7 @@ def test_speakers_are_found_only_where_the_answer_shows_them(
 ) -> None:
     from fastapi import UploadFile
 
-    from qwen3_asr_server.api.forms import TranscriptionForm
+    from qwen3_asr_server.api.openai.forms import TranscriptionForm
 
     form = TranscriptionForm.model_validate({"file": UploadFile(io.BytesIO(b"")), **fields})
     assert form.diarizes() is diarizes

@@ -369,7 +369,7 @@ def test_every_flush_gets_one_final() -> None:
     """A final answers its own flush and every flush sent while it was pending (the first
     carries the text, the others are empty); a failed one is followed by an empty final for
     each flush it answered, so a client waiting for its flush's final never hangs."""
-    from qwen3_asr_server.api.seed_wire import answer_messages, answered
+    from qwen3_asr_server.api.seed.wire import answer_messages, answered
     from qwen3_asr_server.streaming.events import Final
 
     def final(text: str, reason: str, answers: list[str]) -> Final:

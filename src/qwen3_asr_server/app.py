@@ -15,16 +15,7 @@ from loguru import logger
 from starlette.routing import WebSocketRoute
 
 from . import __version__
-from .api import (
-    client_secrets,
-    health,
-    models,
-    realtime,
-    subtitles,
-    transcriptions,
-    translations,
-    ws_transcribe,
-)
+from .api import health, models
 from .api import metrics as metrics_route
 from .api.deepgram import live as deepgram_live
 from .api.deepgram import prerecorded as deepgram_file
@@ -37,8 +28,10 @@ from .api.middleware import (
     MetricsMiddleware,
     RequestContextMiddleware,
 )
+from .api.openai import client_secrets, realtime, subtitles, transcriptions, translations
 from .api.openapi import install_openapi
 from .api.secret_store import ClientSecretStore
+from .api.seed import transcribe as ws_transcribe
 from .api.ui import install_ui
 from .audio.budget import AudioBudget
 from .audio.segmentation import Segmenter

@@ -158,7 +158,7 @@ class ApiKeyMiddleware:
     ones (`is_open`) needs it, so a new route is protected by default. A client secret
     (`ek_…`) is refused here like any wrong key. WebSocket scopes pass through: those routes
     check the key themselves (header, `api_key` query or subprotocol, and on /v1/realtime a
-    client secret: api/ws_common.py), after accepting, so the client hears why. POST
+    client secret: api/live/common.py), after accepting, so the client hears why. POST
     /v1/listen (Deepgram's) also takes `Token <key>`, and its 401 is Deepgram's shape."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:

@@ -1,6 +1,6 @@
 """Client secrets (`ek_…`): short-lived keys that open the /v1/realtime WebSocket only, so a
 browser can connect without holding API_KEY. Minted by POST /v1/realtime/client_secrets
-(api/client_secrets.py); checked by the WebSocket key check (api/ws_common.py).
+(api/openai/client_secrets.py); checked by the WebSocket key check (api/live/common.py).
 
 Kept in memory, one store per app (built in the lifespan), bounded: at most `capacity` live
 secrets; expired ones are purged when a new one is minted and when one is looked up. Only

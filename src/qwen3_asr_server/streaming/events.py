@@ -1,7 +1,7 @@
 """What a StreamSession tells its transport: small typed events, one per kind.
 
-Each protocol maps them to its own wire format (`api/ws_transcribe.py`: the seed's
-messages; `api/realtime_wire.py`: OpenAI's Realtime server events). Times are
+Each protocol maps them to its own wire format (`api/seed/wire.py`: the seed's
+messages; `api/openai/realtime_wire.py`: OpenAI's Realtime server events). Times are
 milliseconds of the session's audio; `utterance` numbers the utterances from 1.
 """
 

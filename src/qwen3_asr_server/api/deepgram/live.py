@@ -35,8 +35,7 @@ from ...streaming.events import Emit, StreamEvent
 from ...streaming.ingest import PcmIngest
 from ...streaming.session import StreamSession
 from ..deps import AppContext
-from ..live_speakers import check_available
-from ..ws_common import (
+from ..live.common import (
     Ending,
     Outbox,
     any_key_ok,
@@ -47,6 +46,7 @@ from ..ws_common import (
     route_of,
     serve_session,
 )
+from ..live.speakers import check_available
 from . import messages as m
 from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
 from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query

@@ -14,16 +14,16 @@ from fastapi import WebSocket
 from loguru import logger
 from starlette.routing import get_route_path
 
-from ..engines.base import TranscribeRequest
-from ..errors import AuthError
-from ..streaming.agreement import Draft
-from ..streaming.channels import ChannelGroup
-from ..streaming.events import Emit
-from ..streaming.ingest import PcmIngest
-from ..streaming.registry import SessionLimitError
-from ..streaming.session import CLIENT_GONE, AudioSource, Heard, StreamConfig, StreamSession
-from .deps import AppContext, check_api_key
-from .secret_store import REALTIME_PATH, SCOPE_KEY
+from ...engines.base import TranscribeRequest
+from ...errors import AuthError
+from ...streaming.agreement import Draft
+from ...streaming.channels import ChannelGroup
+from ...streaming.events import Emit
+from ...streaming.ingest import PcmIngest
+from ...streaming.registry import SessionLimitError
+from ...streaming.session import CLIENT_GONE, AudioSource, Heard, StreamConfig, StreamSession
+from ..deps import AppContext, check_api_key
+from ..secret_store import REALTIME_PATH, SCOPE_KEY
 
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
 

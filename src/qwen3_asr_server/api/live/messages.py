@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..audio.g711 import RATE as G711_RATE
+from ...audio.g711 import RATE as G711_RATE
 
 REALTIME_RATES = (8000, 16000, 24000, 48000)
 # Realtime format names -> (ingest encoding, rate); GA `audio.input.format.type`, then beta

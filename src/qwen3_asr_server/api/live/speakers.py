@@ -6,15 +6,24 @@ event loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
-from ..engines.speakers.diarize import installed
-from ..errors import BadRequestError, NotConfiguredError
-from ..outputs.diarization import known_speakers
-from ..streaming.speakers import KnownVoice
-from .ws_actions import ConfigAction
+from ...engines.speakers.diarize import installed
+from ...errors import BadRequestError, NotConfiguredError
+from ...outputs.diarization import known_speakers
+from ...streaming.speakers import KnownVoice
 
 KNOWN = ("known_speaker_names", "known_speaker_references")
+
+
+class ConfigAction(Protocol):
+    """A protocol's config message with live-speaker fields (the seed's `config` action)."""
+
+    diarize: bool
+    known_speaker_names: list[str] | None
+    known_speaker_references: list[str] | None
+
+    def given(self, name: str) -> bool: ...
 
 
 def check_available() -> None:

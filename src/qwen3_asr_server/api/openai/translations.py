@@ -12,16 +12,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ..errors import BadRequestError
-from ..outputs.formats import language_label
-from ..outputs.subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
-from ..outputs.translate import target_name
-from ..text import language_name, parse_language, split_words
-from .deps import AppContext, get_ctx, require_api_key
-from .disconnect import unless_client_leaves
+from ...errors import BadRequestError
+from ...outputs.formats import language_label
+from ...outputs.subtitles import build_cues, cue_rules, cue_segments, join_words, wrap
+from ...outputs.translate import target_name
+from ...text import language_name, parse_language, split_words
+from ..deps import AppContext, get_ctx, require_api_key
+from ..disconnect import unless_client_leaves
+from ..uploads import read_upload
 from .forms import TranslationForm
 from .subtitles import subtitle_response
-from .uploads import read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BadRequestError
-from .deps import AppContext, get_ctx, require_api_key
+from ...errors import BadRequestError
+from ..deps import AppContext, get_ctx, require_api_key
+from ..live.common import base_config
+from ..live.messages import MessageError, SessionConfig, check_strings, validate
 from .realtime_session import RealtimeState
-from .ws_common import base_config
-from .ws_messages import MessageError, SessionConfig, check_strings, validate
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

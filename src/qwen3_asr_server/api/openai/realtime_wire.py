@@ -12,8 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..outputs.formats import logprobs_body, token_usage_body
-from ..streaming.events import (
+from ...outputs.formats import logprobs_body, token_usage_body
+from ...streaming.events import (
     Committed,
     Final,
     FinalFailed,
@@ -23,7 +23,7 @@ from ..streaming.events import (
     StreamEvent,
     TimedOut,
 )
-from ..transcript import TokenLogprob
+from ...transcript import TokenLogprob
 from .realtime_session import RealtimeState
 
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import ServiceError
-from ..streaming.ingest import PcmIngest
-from ..streaming.session import StreamConfig
-from .deps import AppContext
-from .live_speakers import check_available
-from .ws_messages import LOGPROBS_INCLUDE, MessageError, SessionConfig, TurnDetection
+from ...errors import ServiceError
+from ...streaming.ingest import PcmIngest
+from ...streaming.session import StreamConfig
+from ..deps import AppContext
+from ..live.messages import LOGPROBS_INCLUDE, MessageError, SessionConfig, TurnDetection
+from ..live.speakers import check_available
 
 DEFAULT_RATE = 24000  # pcm16 at 24 kHz unless the session says otherwise
 DEFAULT_MODEL = "whisper-1"

@@ -13,10 +13,10 @@ from typing import Any, Literal
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..audio.segmentation import CutRules
-from ..errors import BadRequestError
-from ..outputs.formats import BodyWishes
-from ..transcription.service import Options, Transcriber
+from ...audio.segmentation import CutRules
+from ...errors import BadRequestError
+from ...outputs.formats import BodyWishes
+from ...transcription.service import Options, Transcriber
 
 ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json"]
 GRANULARITIES = {"word", "segment"}

@@ -18,25 +18,16 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
-from ..audio.channels import MAX_CHANNELS
-from ..engines.base import TranscribeRequest
-from ..errors import ServiceError
-from ..streaming.channels import ChannelGroup
-from ..streaming.events import Emit, StreamEvent
-from ..streaming.ingest import Encoding, PcmIngest
-from ..streaming.session import StreamSession
-from .deps import AppContext
-from .error_table import http_status
-from .live_speakers import check_available, speakers_config, speakers_sent
-from .seed_wire import (
-    BUFFER_RESET,
-    empty_final,
-    error,
-    tagged,
-    to_seed,
-)
-from .ws_actions import FlushAction, ResetAction, parse_action
-from .ws_common import (
+from ...audio.channels import MAX_CHANNELS
+from ...engines.base import TranscribeRequest
+from ...errors import ServiceError
+from ...streaming.channels import ChannelGroup
+from ...streaming.events import Emit, StreamEvent
+from ...streaming.ingest import Encoding, PcmIngest
+from ...streaming.session import StreamSession
+from ..deps import AppContext
+from ..error_table import http_status
+from ..live.common import (
     Outbox,
     base_config,
     choose_subprotocol,
@@ -46,7 +37,16 @@ from .ws_common import (
     serve_session,
     websocket_api_key_ok,
 )
-from .ws_messages import MessageError
+from ..live.messages import MessageError
+from ..live.speakers import check_available, speakers_config, speakers_sent
+from .actions import FlushAction, ResetAction, parse_action
+from .wire import (
+    BUFFER_RESET,
+    empty_final,
+    error,
+    tagged,
+    to_seed,
+)
 
 router = APIRouter()
 SAMPLE_RATES = (8000, 16000)

@@ -1,5 +1,5 @@
 """The text actions of /ws/transcribe (flush, reset, config), typed (pydantic v2), parsed
-as every client message is (`ws_messages.py`: unknown fields ignored, a wrong type or range
+as every client message is (`api/live/messages.py`: unknown fields ignored, a wrong type or range
 a MessageError naming the parameter)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
 
-from .ws_messages import Message, MessageError, check_strings, load_object, validate
+from ..live.messages import Message, MessageError, check_strings, load_object, validate
 
 
 class FlushAction(Message):

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 from loguru import logger
 
-from ..audio.decode import Audio
-from ..audio.pcm import SAMPLE_RATE
-from ..audio.vad import fill_no_speech_probs
-from ..errors import ModelLoadError
-from ..outputs.diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
-from ..outputs.formats import (
+from ...audio.decode import Audio
+from ...audio.pcm import SAMPLE_RATE
+from ...audio.vad import fill_no_speech_probs
+from ...errors import ModelLoadError
+from ...outputs.diarization import KnownSpeaker, SpeakerTranscriber, known_speakers
+from ...outputs.formats import (
     diarized_segment_body,
     done_usage,
     languages_body,
@@ -27,21 +27,21 @@ from ..outputs.formats import (
     seed_language,
     words_body,
 )
-from ..text import join_texts
-from ..transcript import Segment, Transcript
-from ..transcription.channels import channel_names, stream_channels, transcribe_channels
-from ..transcription.long_form import (
+from ...text import join_texts
+from ...transcript import Segment, Transcript
+from ...transcription.channels import channel_names, stream_channels, transcribe_channels
+from ...transcription.long_form import (
     merged_logprobs,
     merged_usage,
     overall_language,
     spoken_languages,
 )
-from ..transcription.service import Options
-from .deps import AppContext, get_ctx, require_api_key
-from .disconnect import unless_client_leaves
+from ...transcription.service import Options
+from ..deps import AppContext, get_ctx, require_api_key
+from ..disconnect import unless_client_leaves
+from ..uploads import held_until_the_end, read_channels, read_upload
 from .forms import SeedStreamForm, TranscriptionForm
 from .sse import sse_response
-from .uploads import held_until_the_end, read_channels, read_upload
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..audio.pcm import SAMPLE_RATE
-from ..streaming.events import Final, FinalFailed, Partial, StreamEvent
-from ..streaming.session import StreamSession
-from .error_table import http_status
+from ...audio.pcm import SAMPLE_RATE
+from ...streaming.events import Final, FinalFailed, Partial, StreamEvent
+from ...streaming.session import StreamSession
+from ..error_table import http_status
 
 ANSWERS = ("flush", "reset")  # a final that answers one of these is sent even when empty
 

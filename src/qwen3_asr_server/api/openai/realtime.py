@@ -3,7 +3,7 @@
 Same session core as /ws/transcribe. Audio is base64 pcm16 (24 kHz unless the session says
 otherwise) or G.711 μ-law/A-law (8 kHz), resampled to 16 kHz. Deltas carry only text that
 will not change (the LocalAgreement-stable prefix); `completed` carries the final
-transcript. Client events are parsed into the models of ws_messages.py; a bad one gets an
+transcript. Client events are parsed into the models of api/live/messages.py; a bad one gets an
 `error` event and the session goes on. The session's settings and description are
 realtime_session.py; the wire format (stream events -> server events) is realtime_wire.py.
 """
@@ -19,13 +19,10 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket
 
-from ..streaming.events import StreamEvent
-from ..streaming.session import StreamSession
-from .deps import AppContext
-from .realtime_session import RealtimeState
-from .realtime_wire import error_event, event_id, to_openai
-from .secret_store import granted_secret
-from .ws_common import (
+from ...streaming.events import StreamEvent
+from ...streaming.session import StreamSession
+from ..deps import AppContext
+from ..live.common import (
     Outbox,
     base_config,
     choose_subprotocol,
@@ -36,7 +33,7 @@ from .ws_common import (
     serve_session,
     websocket_api_key_ok,
 )
-from .ws_messages import (
+from ..live.messages import (
     AppendEvent,
     ClearEvent,
     CommitEvent,
@@ -45,6 +42,9 @@ from .ws_messages import (
     SessionUpdateEvent,
     parse_realtime_event,
 )
+from ..secret_store import granted_secret
+from .realtime_session import RealtimeState
+from .realtime_wire import error_event, event_id, to_openai
 
 router = APIRouter()
 

@@ -7,14 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from ..errors import BadRequestError
-from ..outputs.formats import to_srt, to_vtt
-from ..outputs.subtitles import build_cues, cue_rules, cue_segments
-from ..transcript import Segment
-from .deps import AppContext, get_ctx, require_api_key
-from .disconnect import unless_client_leaves
+from ...errors import BadRequestError
+from ...outputs.formats import to_srt, to_vtt
+from ...outputs.subtitles import build_cues, cue_rules, cue_segments
+from ...transcript import Segment
+from ..deps import AppContext, get_ctx, require_api_key
+from ..disconnect import unless_client_leaves
+from ..uploads import read_upload, transcription
 from .forms import SubtitleForm
-from .uploads import read_upload, transcription
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

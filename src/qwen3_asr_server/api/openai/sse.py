@@ -9,8 +9,8 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from loguru import logger
 
-from ..errors import ServiceError
-from .error_table import error_body, http_status, openai_body
+from ...errors import ServiceError
+from ..error_table import error_body, http_status, openai_body
 
 DONE = b"data: [DONE]\n\n"
 

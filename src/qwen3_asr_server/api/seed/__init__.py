@@ -1,0 +1,1 @@
+"""The seed server's protocol: WS /ws/transcribe, its text actions and its wire."""
