@@ -18,6 +18,7 @@ import pytest
 
 import speech
 from audio_files import encode, quiet_start_speech, wav_bytes
+from calls import alternating, placed_call, sentence
 from proc import ServerProcess
 from qwen3_asr_server.engines.base import TranscribeRequest, TranscribeResult
 from qwen3_asr_server.engines.worker import transcribe_heard
@@ -120,6 +121,34 @@ def test_the_silence_gate_runs_in_the_worker(whisper_worker: ServerProcess) -> N
     assert response.status_code == 200 and response.json()["text"] == "", response.text
     assert "onnxruntime" in Path(f"/proc/{health(proc)['worker']['pid']}/maps").read_text()
     assert "onnxruntime" not in proc.maps()
+
+
+def test_a_long_file_and_a_call_are_cut_without_voice_detection_in_the_server() -> None:
+    """Issue 58 §4: a file longer than SEGMENT_MAX_SECONDS had its cut searched for a pause
+    with voice detection in the server process, and so did a call's turns: onnxruntime
+    loaded there for an upload. Both now ask the worker's child."""
+    turns = [sentence(n) for n in range(1, 7)]
+    gap = np.zeros(int(0.6 * 16000), np.float32)
+    audio = np.concatenate([x for t in turns for x in (t, gap)])
+    said = " ".join(speech.sentences()[f"sentence_{n:02d}.wav"] for n in range(1, 7))
+    call, _ = placed_call(alternating(4))
+    env = {"MODEL_ID": "whisper-tiny.en", "SEGMENT_MAX_SECONDS": "8", "COMPACT_PAUSES_MS": "0"}
+    with server(**env) as proc:
+        response = post(proc, encode(audio, 16000, "WAV"))
+        assert response.status_code == 200, response.text
+        assert wer([said], [response.json()["text"]]) < 0.35, response.text
+        assert "onnxruntime" not in proc.maps()  # the pause search ran in the child
+        response = httpx.post(
+            proc.url + "/v1/audio/transcriptions",
+            files={"file": ("c.wav", call)},
+            data={"multichannel": "true", "response_format": "verbose_json"},
+            timeout=120,
+        )
+        assert response.status_code == 200, response.text
+        assert {s["channel"] for s in response.json()["segments"]} == {0, 1}
+        assert "onnxruntime" not in proc.maps()  # and so did the call's turns
+        child = Path(f"/proc/{health(proc)['worker']['pid']}/maps").read_text()
+        assert "onnxruntime" in child
 
 
 class Echoing:

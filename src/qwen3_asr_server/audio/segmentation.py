@@ -7,7 +7,7 @@ decoded array (`samples[start:end]`), never copies.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,10 +69,12 @@ class Segmenter:
         max_samples: int | None = None,
         pauses: np.ndarray | None = None,
         rules: CutRules | None = None,
+        probs: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> int:
         """End of the segment that starts at `pos`: ≤ `max_samples` (default: the
         segmenter's) long, cut at a pause in its last `search_seconds`: the last of the
-        known `pauses` (sample indexes, sorted) there, else one the VAD finds."""
+        known `pauses` (sample indexes, sorted) there, else one the VAD finds (`probs`: the
+        speech probabilities from elsewhere, e.g. a worker process; else the segmenter's)."""
         total = len(samples)
         longest = min(max_samples or self.max_samples, self.max_samples)
         if total - pos <= longest:
@@ -84,16 +86,23 @@ class Segmenter:
             if len(known):
                 return int(known[-1])
         window = samples[lo : pos + longest]
-        offset = self._vad_pause(window, rules or CutRules()) if self.vad is not None else None
+        offset = (
+            self._vad_pause(window, rules or CutRules(), probs) if self.vad is not None else None
+        )
         if offset is None:
             offset = quietest_point(window)
         return lo + max(1, offset)
 
-    def _vad_pause(self, window: np.ndarray, rules: CutRules) -> int | None:
+    def _vad_pause(
+        self,
+        window: np.ndarray,
+        rules: CutRules,
+        speech_probs: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> int | None:
         """Middle of the last pause of at least `min_pause_s` (the longest segments, so the
         fewest 30 s windows), else of the longest non-speech run; None if all is speech."""
         assert self.vad is not None
-        probs = self.vad.stream().probs(window)
+        probs = speech_probs(window) if speech_probs else self.vad.stream().probs(window)
         runs: list[tuple[int, int]] = []  # (first frame, frames) of each quiet run
         start = None
         for i, quiet in enumerate([*(probs < rules.threshold).tolist(), False]):

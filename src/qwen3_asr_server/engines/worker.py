@@ -13,9 +13,10 @@ the CUDA context). The server process never imports torch.
 - A job whose callers are gone but whose generation does not stop within `kill_grace`
   seconds, or that runs past `hard_timeout`, is killed with its child.
 - The child exits when its parent dies (it watches its parent pid), so no orphan survives.
-- The silence gate of an upload's quiet segments (`TranscribeRequest.quiet`) runs here, in
-  the child, with its own voice detection: onnxruntime never loads into the server process
-  for an upload, so the idle unload gives its memory back too.
+- The silence gate of an upload's quiet segments (`TranscribeRequest.quiet`), the pause
+  search of a long upload and a call's turns (`speech_probs`) run here, in the child, with
+  its own voice detection: onnxruntime never loads into the server process for an upload,
+  so the idle unload gives its memory back too.
 - Speaker diarization runs in a child of its own (`speakers/process.py`), not in this one: a
   crash in its native code never takes the model down with it.
 """
@@ -176,6 +177,16 @@ class WorkerEngine(EngineWrapper):
             )
             return results
 
+    def speech_probs(self, samples: np.ndarray) -> np.ndarray:
+        """Voice detection's speech probability per 32 ms frame of `samples`, from the
+        child's own voice detection (`wrapping.speech_prober`)."""
+        with self._lock:
+            self._alive()
+            audio = np.ascontiguousarray(samples, dtype=np.float32)
+            deadline = time.monotonic() + self._hard_timeout
+            probs: np.ndarray = self._call(("probs",), [audio], never_stop, deadline)
+            return probs
+
     def _alive(self) -> None:
         """A running child (the lock held): a fresh one if the last one died or was
         stopped."""
@@ -278,6 +289,10 @@ def child_main(
                     "attention": status.attention,
                 }
                 conn.send(("ok", facts))
+                continue
+            if message[0] == "probs":  # the pause search of a long upload, a call's turns
+                audio = np.frombuffer(conn.recv_bytes(), dtype=np.float32)
+                conn.send(("ok", voice().stream().probs(audio)))
                 continue
             requests = []
             for fields in message[1]:  # everything but the audio, which follows as bytes

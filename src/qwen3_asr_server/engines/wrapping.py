@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from .base import (
     Engine,
@@ -97,6 +100,28 @@ class EngineWrapper:
         if not self.steps:
             raise NotImplementedError(f"{type(self).__name__} decodes whole calls only")
         self.inner.decode_rows(source)
+
+
+@runtime_checkable
+class HearsSpeech(Protocol):
+    """An engine whose model runs in another process that has voice detection of its own
+    (the worker proxy)."""
+
+    def speech_probs(self, samples: np.ndarray) -> np.ndarray: ...
+
+
+SpeechProbs = Callable[[np.ndarray], np.ndarray]
+
+
+def speech_prober(engine: Any) -> SpeechProbs | None:
+    """Where `engine`'s voice detection runs when its model is in a worker process: that
+    process's (the pause search of a long upload and a call's turns then never load
+    onnxruntime into the server). None: here, in the server process."""
+    while engine is not None:
+        if isinstance(engine, HearsSpeech):
+            return engine.speech_probs
+        engine = getattr(engine, "inner", None)
+    return None
 
 
 def wait_or_cancel(

@@ -35,6 +35,7 @@ from loguru import logger
 from ..audio.channels import without_echo
 from ..audio.decode import Audio
 from ..audio.segmentation import Span, joined_turns, speech_onset, speech_turns
+from ..engines.wrapping import speech_prober
 from ..errors import BadRequestError, ModelLoadError
 from ..text import MAX_LABEL_CHARS, bad_label, join_texts
 from ..transcript import Segment, TokenUsage, Transcript, Word
@@ -90,14 +91,17 @@ async def stream_channels(
     audios = await cleaned(tracks)
     parts: list[list[SegmentResult]] = [[] for _ in audios]
     vad = transcriber.segmenter.vad
+    heard: list[np.ndarray] = []  # each channel's speech probabilities
     async with transcriber.manager.use() as engine:
         by_turn = engine.word_timestamps != "native"
-    heard: list[np.ndarray] = []  # each channel's speech probabilities
-    try:
-        if vad is not None:
-            heard = await asyncio.to_thread(lambda: [vad.stream().probs(a.samples) for a in audios])
-    except ModelLoadError as exc:  # (the vad extra is not installed) cut as a mono file
-        logger.warning("multichannel without voice detection: {}", exc)
+        # in the worker process when the model runs in one (onnxruntime stays out of here)
+        probs = speech_prober(engine)
+        try:
+            if vad is not None:
+                found = probs or (lambda samples: vad.stream().probs(samples))
+                heard = await asyncio.to_thread(lambda: [found(a.samples) for a in audios])
+        except ModelLoadError as exc:  # (the vad extra is not installed) cut as a mono file
+            logger.warning("multichannel without voice detection: {}", exc)
     by_turn = by_turn and bool(heard)
     plans = await asyncio.to_thread(turn_plans, heard, audios) if heard else []
     asked = options.request.word_timestamps

@@ -29,6 +29,7 @@ from ..engines.base import (
     TranscribeRequest,
     TranscribeResult,
 )
+from ..engines.wrapping import SpeechProbs, speech_prober
 from ..errors import (
     BadRequestError,
     InferenceError,
@@ -138,7 +139,12 @@ class Transcriber:
                 while pos < total or window:
                     while pos < total and len(window) < size:
                         end = await self._next_cut(
-                            source, pos, first if pos == 0 else limit, options.cut_rules, split
+                            source,
+                            pos,
+                            first if pos == 0 else limit,
+                            options.cut_rules,
+                            split,
+                            speech_prober(engine),
                         )
                         span = Span(pos, end)
                         # a long file's first segment runs alone, even when the engine
@@ -315,7 +321,13 @@ class Transcriber:
         return merge(parts, audio, options.request.language)
 
     async def _next_cut(
-        self, source: Source, pos: int, limit: int | None, rules: CutRules | None, split: bool
+        self,
+        source: Source,
+        pos: int,
+        limit: int | None,
+        rules: CutRules | None,
+        split: bool,
+        probs: SpeechProbs | None = None,
     ) -> int:
         longest = min(limit or self.segmenter.max_samples, self.segmenter.max_samples)
         breaks = source.breaks_after(pos)
@@ -327,7 +339,7 @@ class Transcriber:
         window = source.take(pos, min(source.length, pos + longest + 1))
         try:
             cut = await asyncio.to_thread(
-                self.segmenter.next_cut, window, 0, limit, source.pauses_after(pos), rules
+                self.segmenter.next_cut, window, 0, limit, source.pauses_after(pos), rules, probs
             )
         except ModelLoadError as exc:
             raise ModelUnavailableError(str(exc)) from exc
