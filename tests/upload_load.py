@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 import threading
 import time
@@ -86,7 +87,9 @@ def quiet_flac(seconds: int = 3600, level: float = 0.001) -> bytes:
         with sf.SoundFile(buf, "w", 16000, 1, format="FLAC") as f:
             for _ in range(0, seconds, 60):
                 f.write((rng.standard_normal(16000 * 60) * level).astype(np.float32))
-        path.write_bytes(buf.getvalue())
+        part = path.with_suffix(f".{os.getpid()}.part")  # parallel test processes: atomic
+        part.write_bytes(buf.getvalue())
+        part.replace(path)
     return path.read_bytes()
 
 
