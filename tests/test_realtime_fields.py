@@ -118,12 +118,14 @@ def test_deltas_carry_the_logprobs_of_their_tokens(server: LiveServer) -> None:
         conn.recv()
         update(conn, include=[LOGPROBS], transcription={"language": "en"})
         # three_sentences.wav's sentences one at a time, until one of them has had deltas
-        # (whether partials agree before a sentence's final varies with the machine's load)
-        for name in ("sentence_02.wav", "sentence_01.wav", "sentence_03.wav"):
+        # (whether partials agree before a sentence's final varies with the machine's load):
+        # each slower than the last (half, a quarter, an eighth of real-time pace), so that on
+        # a busy machine partials still have time to agree and deltas come before the final
+        paces = {"sentence_02.wav": 0.5, "sentence_01.wav": 0.25, "sentence_03.wav": 0.125}
+        for name, pace in paces.items():
             audio = np.concatenate([load(name), np.zeros(16000, np.float32)])
             data, chunk = encode(audio, "pcm24")
-            # half real-time pace: time for partials to agree, so deltas come before the final
-            sender = threading.Thread(target=send, args=(conn, data, chunk, 0.5))
+            sender = threading.Thread(target=send, args=(conn, data, chunk, pace))
             sender.start()
             events += collect(conn, lambda ev: len(completed(ev)) >= 1)
             sender.join()
