@@ -84,7 +84,7 @@ clients: $(CLIENTS)/node_modules/.installed $(CLIENTS)/.venv-litellm/.installed 
 	$(CLIENTS)/.venv-livekit/.installed $(CLIENTS)/.venv-pipecat/.installed
 
 test: install-dev lint browser clients
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests
 
 bench: install-dev
 	$(BIN)/python bench/run_all.py
