@@ -364,9 +364,10 @@ def test_nan_and_inf_samples_are_silence_not_brackets(
 def test_a_call_gets_the_same_text_however_busy_the_server_is() -> None:
     """Issue 49: a call's text changed from run to run: each channel's job was decoded alone
     or in one engine call with the other channel's, depending on timing (whisper's batched
-    word times differ by tens of ms, and its tails start there). Now each job runs in a call
-    of its own: on an idle server, and with both channels' jobs queued behind a long
-    upload, no call carries two of them and the text is the same."""
+    word times differ by tens of ms, and its tails start there). Issue 58: the call's jobs
+    are batched again, in groups the call fixes: on an idle server, and with the call queued
+    behind a long upload (whose own jobs are batched), both channels' jobs share one engine
+    call, which carries no other upload's job, and the text is the same."""
     audio, _ = placed_call(alternating(6))
     length = round(sf.info(io.BytesIO(audio)).duration, 2)
     engine = Recording(create_engine(whisper_settings()))
@@ -396,5 +397,5 @@ def test_a_call_gets_the_same_text_however_busy_the_server_is() -> None:
             busy.result()
     jobs = iter(engine.calls)
     calls = [[round(next(jobs), 2) for _ in range(size)] for size in engine.batch_sizes]
-    assert all(len(call) == 1 for call in calls if length in call), calls
+    assert [call for call in calls if length in call] == [[length, length]] * 2, calls
     assert loaded == quiet

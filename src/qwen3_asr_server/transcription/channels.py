@@ -12,7 +12,9 @@ context (and its accuracy), and its word times place each segment: a segment's w
 split at those turns (whisper may hold two turns of one side, with the other side's turn
 between them, in one segment) and each part starts where voice detection hears its speech
 start (whisper may start a window's first segment at the window's start). Pauses are
-shortened only where every channel is quiet (`compact`'s `others`).
+shortened only where every channel is quiet (`compact`'s `others`). Whisper's batched word
+times move with what shares the batch, so a call's jobs share engine calls only with each
+other, in groups the call fixes (`call_batches.py`): the same file, the same text.
 
 Streamed (`stream_channels`), a segment is sent as soon as no channel can still produce an
 earlier one: each channel's parts come in order, and a channel's next part starts after its
@@ -107,8 +109,6 @@ async def stream_channels(
     asked = options.request.word_timestamps
     if plans and not by_turn:  # whisper's words place its segments at the turns
         options = replace(options, request=replace(options.request, word_timestamps=True))
-    if not by_turn:  # whisper: the text must not depend on which jobs shared a call
-        options = replace(options, alone=True)
 
     def keep(channel: int, part: SegmentResult) -> None:
         if plans and not by_turn:  # whisper's windows
@@ -119,10 +119,13 @@ async def stream_channels(
         parts[channel].append(part)
 
     samples = [a.samples for a in audios]
+    # whisper: the call's jobs share engine calls only with each other, in groups the call
+    # fixes, so its text never depends on what else is queued (issue 49, issue 58)
+    batches = transcriber.call_batches(len(audios), options)
     streams = [
         turns(transcriber, a, plans[c], options)
         if by_turn
-        else transcriber.stream(a, options, tuple(samples[:c] + samples[c + 1 :]))
+        else transcriber.stream(a, options, tuple(samples[:c] + samples[c + 1 :]), batches.seat(c))
         for c, a in enumerate(audios)
     ]
     async for segment in in_time_order(streams, keep):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -21,30 +20,24 @@ from ..audio.segmentation import CutRules, Segmenter, Span
 from ..audio.vad import may_be_silent, may_hold_speech
 from ..config import Settings
 from ..engines.base import (
-    BackendUnavailableError,
     Engine,
-    EngineBusyError,
-    EngineCrashedError,
-    EngineInputError,
     TranscribeRequest,
     TranscribeResult,
 )
 from ..engines.wrapping import SpeechProbs, speech_prober
 from ..errors import (
-    BadRequestError,
-    InferenceError,
     ModelLoadError,
     ModelUnavailableError,
-    ServiceError,
-    UnavailableError,
 )
 from ..runtime.lifecycle import ModelManager
 from ..runtime.metrics import Metrics
 from ..runtime.scheduler import BATCH, PARTIAL, REALTIME, BatchSpec, PriorityScheduler
 from ..text import collapse_repetitions
 from ..transcript import Transcript
+from .call_batches import CallBatches, Seat
 from .decoding import build_decoding, resolve_language
 from .long_form import SegmentResult, merge, plan, shift
+from .scheduled import scheduled
 
 
 @dataclass(frozen=True)
@@ -57,10 +50,6 @@ class Options:
     priority: int = BATCH
     max_seconds: float | None = None  # a shorter segment limit (SSE_CHUNK_SECONDS)
     cut_rules: CutRules | None = None  # the request's chunking_strategy (server_vad)
-    # Every segment in an engine call of its own: a call's channels, whose jobs would share
-    # one or not by timing, and whisper's word times (so its text, through the tails it
-    # decodes again) change with the batch (issue 49).
-    alone: bool = False
 
 
 class Transcriber:
@@ -92,7 +81,11 @@ class Transcriber:
 
     # -- transcription -----------------------------------------------------------------
     async def stream(
-        self, audio: Audio, options: Options, others: tuple[np.ndarray, ...] = ()
+        self,
+        audio: Audio,
+        options: Options,
+        others: tuple[np.ndarray, ...] = (),
+        seat: Seat | None = None,
     ) -> AsyncIterator[SegmentResult]:
         """Transcribe segment by segment, yielding each as it finishes, in order.
 
@@ -100,7 +93,9 @@ class Transcriber:
         in flight, so they share a long file. A real-time job still runs between
         two engine calls of a long upload, and if the consumer goes away the remaining
         segments are never submitted and those in flight are cancelled. `others`: the other
-        channels of a call (pauses are shortened only where they are quiet too).
+        channels of a call (pauses are shortened only where they are quiet too). `seat`: a
+        call's channel, whose segments share engine calls only with the call's own, in
+        groups the call fixes (`call_batches.py`; alone where the engine cannot batch them).
 
         No segment spans a long shortened pause (`Compacted.breaks`): an engine with word
         times of its own (whisper) is asked for them, and its segments are split at those
@@ -131,9 +126,12 @@ class Transcriber:
             # In flight: one per scheduler thread (remote backends share a long file), or a
             # batch queued behind the running segment when the engine decodes each item of a
             # batch as it would alone (a file's text must not depend on timing).
-            size = self.scheduler.workers
-            if self._batches(engine, options) and not options.alone:
+            size, fixed = self.scheduler.workers, seat is not None
+            if self._batches(engine, options):
                 size = max(size, self.settings.max_batch_size + 1)
+            else:
+                seat = None  # a call's jobs each alone: the same text whatever is queued
+            cut = 0  # segments cut so far (a seat's index)
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
             try:
                 while pos < total or window:
@@ -149,15 +147,17 @@ class Transcriber:
                         span = Span(pos, end)
                         # a long file's first segment runs alone, even when the engine
                         # is busy and the rest is queued with it: its event comes early
-                        batch = not (long_form and span.start == 0)
+                        batch = not fixed and not (long_form and span.start == 0)
                         segment = source.take(span.start, span.end)
                         # checked here, in order, so segments reach the queue in order
                         heard = await self._hears_speech(segment, engine)
                         job = self._segment_job(
-                            engine, segment, span, options, long_form, batch, heard
+                            engine, segment, span, options, long_form, batch, heard, seat, cut
                         )
                         window.append((span, asyncio.create_task(job), time.perf_counter()))
-                        pos = end
+                        pos, cut = end, cut + 1
+                    if pos >= total and seat is not None:
+                        seat.end(cut)
                     span, task, submitted = window.popleft()
                     result = await task
                     seconds = time.perf_counter() - submitted
@@ -172,6 +172,8 @@ class Transcriber:
                     )
                     index += 1
             finally:
+                if seat is not None:
+                    seat.end(cut)
                 for _, task, _ in window:
                     task.cancel()
                 await asyncio.gather(*(task for _, task, _ in window), return_exceptions=True)
@@ -208,13 +210,19 @@ class Transcriber:
         long_form: bool,
         batch_ok: bool,
         heard: bool | None = True,
+        seat: Seat | None = None,
+        number: int = 0,
     ) -> TranscribeResult:
         if heard is False:  # silence never reaches the model: whisper and Qwen hear words in it
+            if seat is not None:
+                seat.skip(number)
             return TranscribeResult(text="", language=options.request.language)
         request = self._request(samples, options, long_form)
         if heard is None:  # the worker's child clears it first (`TranscribeRequest.quiet`)
             request = replace(request, quiet=True)
-        batch_ok = batch_ok and self.settings.max_batch_size > 1 and not options.alone
+        if seat is not None:
+            return await seat.run(number, request)
+        batch_ok = batch_ok and self.settings.max_batch_size > 1
         key = engine.batch_key(request) if batch_ok else None
         batch = self._batch_spec(engine, key, request)
         call = functools.partial(engine.transcribe, request, self.scheduler.should_stop)
@@ -264,6 +272,22 @@ class Transcriber:
         result.text = collapse_repetitions(result.text)
         return result
 
+    def call_batches(self, channels: int, options: Options) -> CallBatches:
+        """The fixed groups of a call's jobs (`call_batches.py`): each group one job, one
+        engine call, at the call's priority."""
+
+        async def run(requests: list[TranscribeRequest]) -> list[TranscribeResult]:
+            async with self.manager.use() as engine:
+                should_stop = self.scheduler.should_stop
+                call = functools.partial(engine.transcribe_batch, requests, should_stop)
+                timeout, priority = self.settings.request_timeout, options.priority
+                results = await scheduled(self.scheduler, call, priority, timeout, None, True)
+            for request, result in zip(requests, results, strict=True):
+                self._observe(options.priority, result, len(request.audio) / SAMPLE_RATE)
+            return list(results)
+
+        return CallBatches(channels, self.settings.max_batch_size, run)
+
     async def _run(
         self,
         call: Callable[[], TranscribeResult],
@@ -273,36 +297,18 @@ class Transcriber:
         admitted: bool = False,
     ) -> TranscribeResult:
         """Schedule one engine call; engine failures become API errors."""
-        try:
-            result: TranscribeResult = await self.scheduler.submit(
-                call,
-                priority=priority,
-                timeout=self.settings.request_timeout,
-                batch=batch,
-                admitted=admitted,
-            )
-        except ServiceError:  # queue full, timeout, shutting down
-            raise
-        except ModelLoadError as exc:  # e.g. a worker process restarted by this call
-            raise ModelUnavailableError(str(exc)) from exc
-        except EngineBusyError as exc:  # only partials: skipped by the session
-            raise UnavailableError(str(exc), code="engine_busy") from exc
-        except EngineCrashedError as exc:
-            raise UnavailableError(str(exc), code="worker_exited", retry_after=1) from exc
-        except BackendUnavailableError as exc:
-            raise UnavailableError(
-                str(exc), code="backends_unavailable", retry_after=math.ceil(exc.retry_after)
-            ) from exc
-        except EngineInputError as exc:  # the engine refused the input (never any bug)
-            raise BadRequestError(str(exc)) from exc
-        except Exception as exc:
-            raise InferenceError(f"Transcription failed: {type(exc).__name__}: {exc}") from exc
+        timeout = self.settings.request_timeout
+        result = await scheduled(self.scheduler, call, priority, timeout, batch, admitted)
+        self._observe(
+            priority, result, audio_seconds() if callable(audio_seconds) else audio_seconds
+        )
+        return result
+
+    def _observe(self, priority: int, result: TranscribeResult, seconds: float) -> None:
         if self.metrics is not None:
-            seconds = audio_seconds() if callable(audio_seconds) else audio_seconds
             self.metrics.observe_inference(
                 self.manager.engine.name, priority, result.engine_seconds, seconds
             )
-        return result
 
     def _batch_spec(self, engine: Engine, key: Hashable | None, item: Any) -> BatchSpec | None:
         """How the job may share the engine: whole calls (`transcribe_batch`), or rows that
