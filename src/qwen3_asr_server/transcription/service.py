@@ -133,16 +133,13 @@ class Transcriber:
                 seat = None  # a call's jobs each alone: the same text whatever is queued
             cut = 0  # segments cut so far (a seat's index)
             window: deque[tuple[Span, asyncio.Task[TranscribeResult], float]] = deque()
+            probs = speech_prober(engine)  # the worker's voice detection, if in one
             try:
                 while pos < total or window:
                     while pos < total and len(window) < size:
+                        most = first if pos == 0 else limit
                         end = await self._next_cut(
-                            source,
-                            pos,
-                            first if pos == 0 else limit,
-                            options.cut_rules,
-                            split,
-                            speech_prober(engine),
+                            source, pos, most, options.cut_rules, split, probs
                         )
                         span = Span(pos, end)
                         # a long file's first segment runs alone, even when the engine
