@@ -304,3 +304,21 @@ def test_a_session_whose_secret_config_fails_gives_its_seat_back() -> None:
             time.sleep(0.05)
         assert srv.get("/health").json()["streaming_sessions"] == 0
         assert realtime_opens(srv, KEY) and realtime_opens(srv, KEY)
+
+
+def test_a_body_larger_than_a_websocket_message_is_refused_unread(server: LiveServer) -> None:
+    """Issue 58 §7.1: the body (up to MAX_UPLOAD_MB, about 101 MB) was parsed on the event
+    loop, and its keywords checked in quadratic time. A session config is capped at
+    WS_MAX_FRAME_BYTES (1 MiB) like a session.update; 100,000 keywords under that get a 400
+    at once."""
+    many = transcription({"keywords": [f"w{i}" for i in range(100_000)]})
+    started = time.monotonic()
+    response = post(server, many)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == f"{TRANSCRIPTION}.keywords"
+    assert time.monotonic() - started < 30  # was minutes: the dedupe was quadratic
+    big = transcription({"prompt": "x" * 1_100_000})
+    response = post(server, big)
+    assert response.status_code == 413, response.text
+    assert "1048576 bytes" in response.json()["error"]["message"]
+    assert post(server, {}).status_code == 200  # the next request is served

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -568,3 +569,39 @@ def test_transcribe_audio_after_a_bad_action_is_still_transcribed(server: LiveSe
         ws.send(json.dumps({"action": "flush"}))
         assert c.wait_for(lambda c: c.finals(), 30)
     assert normalize(c.finals()[0]).startswith("please call me back")
+
+
+MANY_KEYWORDS = [f"w{i}" for i in range(100_000)]  # ~0.9 MB of JSON: under the frame limit
+
+
+@pytest.mark.parametrize("route", ["realtime", "ws_transcribe"])
+def test_a_message_with_many_keywords_is_refused_at_once(server: LiveServer, route: str) -> None:
+    """Issue 58 §7.1: the keywords were deduplicated by list lookup on the event loop before
+    the 100-keyword limit, so one message with 100,000 of them froze every route, /health
+    included, for over a minute. Now the error comes at once and /health answers."""
+    if route == "realtime":
+        ws = realtime_ws(server)
+        transcription = {"model": "whisper-1", "keywords": MANY_KEYWORDS}
+        ws.send(json.dumps(ga_update(transcription=transcription)))
+    else:
+        ws = open_ws(server.url)
+        assert json.loads(ws.recv(timeout=10))["status"] == "connected"
+        ws.send(json.dumps({"action": "config", "keywords": MANY_KEYWORDS}))
+    with ws:
+        health = httpx.get(server.url + "/health", timeout=15)  # the loop is not stalled
+        assert health.status_code == 200
+        reply = json.loads(ws.recv(timeout=15))
+        text = json.dumps(reply)
+        assert "keywords" in text and "100" in text, reply
+        ws.send(json.dumps({"action": "reset"} if route != "realtime" else ga_update()))
+        assert json.loads(ws.recv(timeout=15))  # the connection stays open
+
+
+def test_check_keywords_is_linear_and_stops_at_the_limit() -> None:
+    from qwen3_asr_server.errors import BadRequestError
+    from qwen3_asr_server.transcription.decoding import MAX_KEYWORDS, check_keywords
+
+    assert check_keywords([" a  b ", "a b", "", "c", "a b"]) == ("a b", "c")
+    assert len(check_keywords(["x"] * 1_000_000)) == 1  # duplicates: linear, not refused
+    with pytest.raises(BadRequestError, match=f"At most {MAX_KEYWORDS}"):
+        check_keywords(f"w{i}" for i in range(10**9))  # stops at the first one too many

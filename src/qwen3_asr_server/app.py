@@ -184,6 +184,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         BodyLimitMiddleware,
         max_bytes=settings.max_upload_bytes + MULTIPART_SLACK,
         limit_mb=settings.max_upload_mb,
+        json_paths=(client_secrets.PATH,),  # a session config: no bigger than a WS message
+        json_max_bytes=settings.ws_max_frame_bytes,
     )
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)  # before the body is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)

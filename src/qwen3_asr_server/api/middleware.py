@@ -193,20 +193,33 @@ class BodyLimitMiddleware:
     On POST /v1/listen the body is Deepgram's shape (`api/deepgram/refusals.py`).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, limit_mb: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        limit_mb: float,
+        json_paths: tuple[str, ...] = (),
+        json_max_bytes: int = 1_048_576,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.limit_mb = limit_mb
+        # routes whose JSON body is parsed on the event loop: a small limit of their own
+        self.json_paths = json_paths
+        self.json_max_bytes = json_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         request_id = REQUEST_ID.get()
-        deepgram = get_route_path(scope) == LISTEN_PATH
+        path = get_route_path(scope)
+        deepgram = path == LISTEN_PATH
+        limit = self.json_max_bytes if path in self.json_paths else self.max_bytes
+        body = self._body(deepgram) if limit == self.max_bytes else self._json_body()
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            for message in _error_response(413, self._body(deepgram), request_id):
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            for message in _error_response(413, body, request_id):
                 await send(message)
             return
         seen = 0
@@ -217,7 +230,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     exceeded = True
                     return {"type": "http.disconnect"}
             return message
@@ -230,7 +243,7 @@ class BodyLimitMiddleware:
                 await send(message)
             elif not sent_error:  # replace whatever the app answered to the cut-off body
                 sent_error = True
-                for replacement in _error_response(413, self._body(deepgram), request_id):
+                for replacement in _error_response(413, body, request_id):
                     await send(replacement)
 
         try:
@@ -239,8 +252,16 @@ class BodyLimitMiddleware:
             if not exceeded:
                 raise
         if exceeded and not sent_error:
-            for message in _error_response(413, self._body(deepgram), request_id):
+            for message in _error_response(413, body, request_id):
                 await send(message)
+
+    def _json_body(self) -> dict[str, Any]:
+        return error_body(
+            f"The request body is larger than {self.json_max_bytes} bytes (WS_MAX_FRAME_BYTES).",
+            "invalid_request_error",
+            None,
+            "too_large",
+        )
 
     def _body(self, deepgram: bool) -> dict[str, Any]:
         message = f"The upload is larger than the {self.limit_mb:g} MB limit (MAX_UPLOAD_MB)."

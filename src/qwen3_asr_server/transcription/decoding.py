@@ -55,16 +55,16 @@ def check_options(prompt: str | None, temperature: float | None) -> None:
 
 
 def check_keywords(values: Iterable[str] | None) -> tuple[str, ...]:
-    """Blank entries dropped, duplicates kept once, in order; 400 beyond the limits."""
-    out: list[str] = []
+    """Blank entries dropped, duplicates kept once, in order; 400 beyond the limits. Linear
+    in the input and stops at the first keyword past the limit: it runs on the event loop,
+    and a message may carry a hundred thousand of them (issue 58 §7.1)."""
+    out: dict[str, None] = {}  # ordered, with constant-time lookups
     for value in values or ():
         word = " ".join(value.split())
-        if word and word not in out:
-            out.append(word)
-    if len(out) > MAX_KEYWORDS:
-        raise BadRequestError(
-            f"At most {MAX_KEYWORDS} keywords (got {len(out)}).", param="keywords"
-        )
+        if word:
+            out[word] = None
+        if len(out) > MAX_KEYWORDS:
+            raise BadRequestError(f"At most {MAX_KEYWORDS} different keywords.", param="keywords")
     long = next((w for w in out if len(w) > MAX_KEYWORD_CHARS), None)
     if long is not None:
         raise BadRequestError(

@@ -22,6 +22,7 @@ from ..live.messages import MessageError, SessionConfig, check_strings, validate
 from .realtime_session import RealtimeState
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
+PATH = "/v1/realtime/client_secrets"
 
 SESSION_FIELDS = ("type", "audio", "include")
 
@@ -98,7 +99,7 @@ def transcription_session(ctx: AppContext, given: dict[str, Any] | None) -> dict
     return session
 
 
-@router.post("/v1/realtime/client_secrets")
+@router.post(PATH)
 async def create_client_secret(
     ctx: Annotated[AppContext, Depends(get_ctx)],
     request: Annotated[ClientSecretRequest | None, Body()] = None,
