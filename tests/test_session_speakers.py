@@ -126,3 +126,37 @@ async def test_without_diarize_finals_carry_times_and_no_speaker() -> None:
     assert not any(f.diarized or f.speaker for f in finals(events))
     assert [(f.start, f.end) for f in finals(events)] == [(0.0, 1.0), (1.0, 2.0)]
     await s.close("test")
+
+
+async def test_a_config_while_a_final_waits_for_known_speakers_stops_no_final() -> None:
+    """Issue 58 §2.1: a config that turned diarize off or changed the known speakers,
+    sent while a final waited for the known speakers' fingerprints, cancelled them through
+    `asyncio.shield`, and the CancelledError ended the session's finals for good: no final,
+    no flush answer, nothing logged. Now that final goes on, and so do the next ones."""
+    from qwen3_asr_server.streaming.speakers import KnownVoice
+
+    for change in ("diarize off", "new known speakers"):
+        voices, events = Voices(), []
+        s = session(voices, events, speaker_wait_s=30.0)
+        s.know([KnownVoice("Ann", np.full(3 * RATE, 0.1, np.float32))])
+        voices.gate.clear()  # the child is cold: nothing is fingerprinted yet
+        await s.feed(np.full(2 * RATE, 0.1, np.float32))
+        await s.flush()
+        await asyncio.sleep(0.05)  # its text is ready; it waits for the known speakers
+        assert not finals(events)
+        if change == "diarize off":
+            s.configure(diarize=False)
+        else:
+            s.know([KnownVoice("Bob", np.full(3 * RATE, -0.1, np.float32))])
+        voices.gate.set()
+        await asyncio.wait_for(until(lambda: len(finals(events)) == 1), 10)  # noqa: B023
+        await s.feed(np.full(2 * RATE, -0.1, np.float32))
+        await s.flush()  # the session's finals go on
+        await asyncio.wait_for(until(lambda: len(finals(events)) == 2), 10)  # noqa: B023
+        first, second = finals(events)
+        assert first.reason == second.reason == "flush", change
+        if change == "diarize off":
+            assert second.speaker is None
+        else:
+            assert (first.speaker, second.speaker) == ("A", "Bob")  # Ann was forgotten
+        await s.close("test")

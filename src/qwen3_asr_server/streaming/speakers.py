@@ -112,10 +112,13 @@ class SpeakerLabels:
         failed. An empty list: too short to say, and nobody spoke before."""
         deadline = time.monotonic() + self.wait_s
         try:
-            known = self._known_task()
-            if known is not None:
+            while (known := self._known_task()) is not None:
                 try:
                     vectors = await asyncio.wait_for(asyncio.shield(known), self.wait_s)
+                except asyncio.CancelledError:
+                    if cancelled_here() or not self._open:
+                        raise
+                    continue  # a config replaced the known speakers: theirs, then
                 except BaseException:
                     if known.done():  # failed: asked for again with the next final
                         self._known = None
@@ -123,12 +126,16 @@ class SpeakerLabels:
                 self._seed_known(vectors)
             left = max(0.0, deadline - time.monotonic())
             result = await asyncio.wait_for(asyncio.shield(prints), left)
+        except asyncio.CancelledError:
+            if cancelled_here():
+                raise  # the wait itself was cancelled (the session ends)
+            # the fingerprints it waited for were dropped: a config turned speakers off.
+            # The final goes on without a speaker; the stream and its finals go on.
+            return None
         except TimeoutError:  # its voice still counts, when it comes: it is learned then
             prints.add_done_callback(lambda task: self._learn(task, samples))
             self._source.missed(f"slow: no voice fingerprint within {self.wait_s:g} s")
             return None
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             self._source.missed(str(getattr(exc, "reason", None) or exc))
             return None
@@ -193,6 +200,15 @@ class SpeakerLabels:
         gains = [float(lean[k:].sum() - lean[:k].sum()) for k in range(1, len(starts))]
         k = 1 + int(np.argmax(gains))
         return (starts[k - 1] + starts[k]) // 2 + win // 2
+
+
+def cancelled_here() -> bool:
+    """Is the running task itself being cancelled (not a task it awaits through a shield)?
+    A shielded task that is cancelled raises CancelledError in its waiter too (issue 58
+    §2.1: a config cancelled the known speakers' fingerprints, and with them the stream's
+    finals for good)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def follow(
