@@ -396,3 +396,16 @@ def test_every_flush_gets_one_final() -> None:
     ]
     assert texts(final("", "silence", ["reset", "flush"])) == ["buffer_reset", ""]
     assert answered(final("", "silence", ["flush", "flush"])) == ["flush", "flush"]
+
+
+def test_a_refused_config_changes_nothing(server: LiveServer) -> None:
+    """Issue 58 §2.6: a config refused for its speaker fields still stored its prompt and
+    keywords, and the next config applied them."""
+    with open_ws(server.url) as ws:
+        c = Collector(ws)
+        refused = {"prompt": "Zebra", "keywords": ["Quokka"], "known_speaker_names": ["Ann"]}
+        ws.send(json.dumps({"action": "config", **refused}))  # known speakers need diarize
+        assert c.wait_for(lambda c: any(m.get("code") == "INVALID_VALUE" for _, m in c.messages))
+        ws.send(json.dumps({"action": "config", "use_server_vad": True}))
+        reply = configured(c, 1)
+        assert reply["prompt"] is None and reply["keywords"] == [], reply

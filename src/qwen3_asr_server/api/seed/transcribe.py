@@ -68,12 +68,12 @@ class Echo:
     language: str = "auto"
     wishes: dict[str, Any] = field(default_factory=dict)
 
-    def decoding(self, ctx: AppContext, **changes: Any) -> TranscribeRequest:
-        """The checked decoding template with `changes`; ServiceError names the field."""
+    def decoding(self, ctx: AppContext, **changes: Any) -> tuple[TranscribeRequest, dict[str, Any]]:
+        """The checked decoding template with `changes`, and the wishes that made it (kept
+        by the caller once the whole config is accepted: a refused one changes nothing);
+        ServiceError names the field."""
         wishes = {**self.wishes, **changes}
-        request = ctx.transcriber.decoding(**wishes)
-        self.wishes = wishes
-        return request
+        return ctx.transcriber.decoding(**wishes), wishes
 
 
 def decoding_error(exc: ServiceError) -> dict[str, Any]:
@@ -133,7 +133,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
         return
     echo = Echo(query.get("language") or "auto")
     try:
-        decoding = echo.decoding(
+        decoding, echo.wishes = echo.decoding(
             ctx,
             language=query.get("language"),
             prompt=query.get("prompt"),
@@ -246,7 +246,7 @@ async def handle_action(
             k: getattr(action, k) for k in ("language", "prompt", "keywords") if action.given(k)
         }
         try:
-            changes["decoding"] = echo.decoding(ctx, **sent)
+            changes["decoding"], wishes = echo.decoding(ctx, **sent)
         except ServiceError as exc:
             await outbox.put(decoding_error(exc))
             return
@@ -258,6 +258,7 @@ async def handle_action(
             code = "DIARIZATION_UNAVAILABLE" if exc.code == "not_configured" else "INVALID_VALUE"
             await outbox.put(error(code, exc.message, http_status(exc)))
             return
+        echo.wishes = wishes  # accepted as a whole: only now does anything change
         for lane in lanes:
             lane.configure(**changes)
             if known is not None:
