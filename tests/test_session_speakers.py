@@ -160,3 +160,30 @@ async def test_a_config_while_a_final_waits_for_known_speakers_stops_no_final() 
         else:
             assert (first.speaker, second.speaker) == ("A", "Bob")  # Ann was forgotten
         await s.close("test")
+
+
+async def test_a_fingerprint_that_fails_after_its_stream_ended_is_not_reported_as_lost() -> None:
+    """Issue 58 §2.8: at shutdown, "Task exception was never retrieved" from the fingerprint
+    tasks of finals that no longer waited for them."""
+    import gc
+
+    from qwen3_asr_server.streaming.speakers import SpeakerLabels
+
+    class Failing(Voices):
+        async def embed(self, clips: list[np.ndarray]) -> np.ndarray:
+            raise RuntimeError("the child is gone")
+
+    reports: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reports.append(context))
+    try:
+        labels = SpeakerLabels(Failing(), wait_s=1.0)
+        task = labels.fingerprint(np.full(2 * RATE, 0.1, np.float32))
+        await asyncio.wait([task])
+        labels.close()
+        del task
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert reports == []

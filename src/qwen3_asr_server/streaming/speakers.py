@@ -93,11 +93,14 @@ class SpeakerLabels:
         if self._known is None and self._unprinted:
             clips = [k.audio for k in self._unprinted]
             self._known = asyncio.create_task(self._source.embed(clips))
+            self._known.add_done_callback(retrieved)
         return self._known
 
     def fingerprint(self, audio: np.ndarray) -> asyncio.Task[Prints]:
         """Start fingerprinting a final's audio (the client's, without padding)."""
-        return asyncio.create_task(self._prints(np.asarray(audio, dtype=np.float32)))
+        task = asyncio.create_task(self._prints(np.asarray(audio, dtype=np.float32)))
+        task.add_done_callback(retrieved)  # a stream that ends may never wait for it
+        return task
 
     async def _prints(self, audio: np.ndarray) -> Prints:
         bounds = windows(len(audio))
@@ -200,6 +203,14 @@ class SpeakerLabels:
         gains = [float(lean[k:].sum() - lean[:k].sum()) for k in range(1, len(starts))]
         k = 1 + int(np.argmax(gains))
         return (starts[k - 1] + starts[k]) // 2 + win // 2
+
+
+def retrieved(task: asyncio.Task[object]) -> None:
+    """Mark a fingerprint task's failure as seen: the final that wanted it reports it (or has
+    gone, at shutdown), so asyncio's "Task exception was never retrieved" is noise (issue 58
+    §2.8)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def cancelled_here() -> bool:
