@@ -298,3 +298,28 @@ def test_a_killed_fingerprint_child_costs_speakers_not_the_stream(
     assert "release" in finals[1]["text"].lower()
     health = live_speakers(quick_server)
     assert health["missing"] >= 1 and health["last_missing_reason"], health
+
+
+def test_a_hung_fingerprint_child_shows_in_health_and_does_not_hold_shutdown() -> None:
+    """Issue 58 §2.7: a stopped (SIGSTOP) child went unnoticed for 60 s: /health said ready
+    while every final went out with `speaker: null`, and shutting down waited 50 s for it.
+    Now /health says it is not answering, the call's deadline is sized to its work, and
+    shutdown kills it."""
+    app = create_app(whisper_settings(ws_speaker_wait_s=0.3))
+    with live_server(app) as srv, open_ws(srv.url, language="en", diarize="true") as ws:
+        json.loads(ws.recv(timeout=30))
+        collector = Collector(ws)
+        ready = wait_health(srv, lambda s: s["state"] == "ready")
+        os.kill(ready["pid"], signal.SIGSTOP)
+        try:
+            stream(ws, np.concatenate([clip("meeting:0"), GAP]), speed=4.0)
+            got = lambda c: spoken([m for _, m in c.messages])  # noqa: E731
+            assert collector.wait_for(got, timeout=60)
+            assert got(collector)[0]["speaker"] is None  # on time, without its speaker
+            hung = wait_health(srv, lambda s: s["state"] == "not_answering", timeout=30)
+            assert "not answered" in hung["reason"], hung
+            stopping = time.monotonic()
+        except BaseException:
+            os.kill(ready["pid"], signal.SIGCONT)
+            raise
+    assert time.monotonic() - stopping < 20  # shutdown killed it (it waited 50 s)

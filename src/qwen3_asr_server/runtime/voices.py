@@ -33,13 +33,14 @@ from loguru import logger
 
 from ..engines.speakers.diarize import installed
 from ..engines.speakers.embed import EMBEDDING
-from ..engines.speakers.process import DiarizerSpec, ProcessDiarizer
+from ..engines.speakers.process import DiarizerSpec, ProcessDiarizer, embed_deadline_s
 
 LOG_EVERY = 10.0  # seconds between warnings about finals without a speaker, per reason
 BACKOFF = 0.25  # seconds before the first restart after a death; doubles up to MAX_BACKOFF
 MAX_BACKOFF = 30.0
 TICK = 0.25  # seconds between the watchdog's looks at the child (death, idleness)
 REASONS_KEPT = 64  # distinct reasons whose warnings are rate-limited (the oldest go)
+SLOW_S = 2.0  # a call this much past its expected time: /health says the child is not answering
 
 
 class SpeakersUnavailable(Exception):
@@ -56,7 +57,7 @@ class VoicesStatus:
     """The live speakers' child process, as /health shows it."""
 
     pid: int | None
-    state: str  # stopped | starting | ready | exited
+    state: str  # stopped | starting | ready | not_answering | exited
     restarts: int  # children that died or were killed
     streams: int  # diarized live streams open
     missing: int  # finals sent without a speaker
@@ -84,6 +85,7 @@ class Voices:
         self._failures = 0  # deaths and failed starts since the last answered call
         self._last_used = time.monotonic()
         self._streams = 0
+        self._overdue_at: float | None = None  # when the call in flight is late
         self._missing = 0
         self._last_missing: str | None = None
         self._logged: dict[str, tuple[float, int]] = {}  # reason: (last warning, count since)
@@ -97,6 +99,8 @@ class Voices:
 
     async def stop(self) -> None:
         """Stop the watchdog, fail every waiting call, and stop the child."""
+        if self._overdue_at is not None:  # a call in flight: a hung child is not waited for
+            self._child.kill()
         for task in (self._watchdog, self._restart_task, self._pump_task, self._start_task):
             if task is not None:
                 task.cancel()
@@ -170,11 +174,16 @@ class Voices:
                 if not batch:
                     continue
                 clips = [clip for own, _ in batch for clip in own]
+                samples = sum(len(clip) for clip in clips)
+                expected = SLOW_S + embed_deadline_s(samples) / 10  # a tenth of its deadline
+                self._overdue_at = time.monotonic() + expected
                 try:
                     vectors = await self._call(self._child.embed, clips)
                 except Exception as exc:
                     self._answer(batch, self._broken(exc))
                     continue
+                finally:
+                    self._overdue_at = None
                 self.messages += 1
                 self.embedded += len(clips)
                 self._failures = 0
@@ -293,9 +302,18 @@ class Voices:
 
     def status(self) -> VoicesStatus:
         pid = self._child.pid if self._state != "stopped" else None
+        state, reason = self._state, self._reason
+        overdue = self._overdue_at
+        if state == "ready" and overdue is not None and time.monotonic() > overdue:
+            late = time.monotonic() - overdue
+            state = "not_answering"
+            reason = (
+                f"the speaker embedding process has not answered for {late:.0f} s past its "
+                "expected time (hung or stopped?); it is killed at its deadline"
+            )
         return VoicesStatus(
             pid=pid,
-            state=self._state,
+            state=state,
             restarts=self._child.restarts,
             streams=self._streams,
             missing=self._missing,
@@ -303,7 +321,7 @@ class Voices:
             embedded=self.embedded,
             messages=self.messages,
             cpu_seconds=cpu_seconds(pid),
-            reason=self._reason,
+            reason=reason,
         )
 
 

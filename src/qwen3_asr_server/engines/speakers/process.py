@@ -67,6 +67,18 @@ class DiarizerSpec:
         return "voice embedder" if self.voices else "diarizer"
 
 
+# A fingerprint call's deadline, sized to its work: CAM++ costs about 0.04 s per audio
+# second on 2 idle cores and up to ~0.3 s on a busy machine. A child past it is hung (or
+# stopped): it is killed, and a fresh one starts.
+EMBED_BASE_S = 10.0
+EMBED_PER_AUDIO_S = 1.0
+
+
+def embed_deadline_s(samples: int) -> float:
+    """Seconds a fingerprint call of `samples` (16 kHz) may take before its child is killed."""
+    return EMBED_BASE_S + EMBED_PER_AUDIO_S * samples / SAMPLE_RATE
+
+
 class ProcessDiarizer:
     """The Diarizer protocol over a child process."""
 
@@ -141,9 +153,17 @@ class ProcessDiarizer:
                 if clips
                 else np.zeros(0, dtype=np.float32)
             )
-            deadline = time.monotonic() + self._timeout
+            deadline = time.monotonic() + embed_deadline_s(len(audio))
             vectors: np.ndarray = self._ask(("embed", lengths), audio, deadline)
             return vectors
+
+    def kill(self) -> None:
+        """Kill the running child at once, without waiting for the call in flight (which
+        then fails as a death): a hung child at shutdown. Never blocks."""
+        process = self._process
+        if process is not None and process.is_alive():
+            logger.warning("killing {} process {}: shutting down", self.spec.name, process.pid)
+            process.kill()
 
     # -- the child's lifecycle -------------------------------------------------------------
     def _start(self) -> None:
