@@ -842,3 +842,25 @@ def test_prerecorded_refusals_are_deepgram_errors(server: LiveServer) -> None:
 
 def speech_file(name: str) -> bytes:
     return (Path(__file__).parent / "data" / "speech" / name).read_bytes()
+
+
+def test_endpointing_false_keeps_voice_detection_and_ends_nothing_at_silence(
+    server: LiveServer,
+) -> None:
+    """endpointing=false with vad_events (LiveKit's endpointing_ms=0): silence before the
+    speech gets no SpeechStarted and no final, the speech one SpeechStarted; a pause ends
+    nothing: the only final answers the Finalize (issue 58 §6.2)."""
+    speech = load("sentence_02.wav")
+    silence = np.zeros(32000, np.float32)
+    audio = pcm16(np.concatenate([silence, speech, silence]))
+    frames: list[bytes | str] = [audio[i : i + 6400] for i in range(0, len(audio), 6400)]
+    frames += [json.dumps({"type": "Finalize"}), json.dumps({"type": "CloseStream"})]
+    query = "?encoding=linear16&sample_rate=16000&endpointing=false&vad_events=true"
+    messages, code, _ = exchange(server, query, frames, timeout=90)
+    started = [m for m in messages if m["type"] == "SpeechStarted"]
+    assert len(started) == 1 and started[0]["timestamp"] >= 1.5, started
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert finals and all(r["from_finalize"] and not r["speech_final"] for r in finals)
+    said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4  # (whisper-tiny.en)
+    assert finals[0]["start"] >= 1.5 and code == 1000

@@ -55,6 +55,9 @@ from .response import created_now
 from .wire import Wire, configure_failure, error
 
 router = APIRouter()
+# endpointing=false: no silence is long enough to end an utterance (finals come from Finalize,
+# CloseStream and WS_MAX_UTTERANCE_S); voice detection still starts them (SpeechStarted)
+NO_ENDPOINTING_MS = 10**9
 
 
 def close_code(reason: str) -> tuple[int, str]:
@@ -102,9 +105,10 @@ async def listen(websocket: WebSocket) -> None:
         message = exc.message if isinstance(exc, ServiceError) else str(exc)
         await refuse(websocket, 400, "Bad Request", message)
         return
-    use_vad = query.endpointing is not False
-    config = replace(base_config(ctx, use_vad, decoding), diarize=query.diarize)
-    if query.endpointing:  # (milliseconds; False: no endpointing, None: WS_END_SILENCE_MS)
+    config = replace(base_config(ctx, True, decoding), diarize=query.diarize)
+    if query.endpointing is False:  # voice detection still finds speech; silence ends nothing
+        config = replace(config, end_silence_ms=NO_ENDPOINTING_MS)
+    elif query.endpointing:  # (milliseconds; None: WS_END_SILENCE_MS)
         config = replace(config, end_silence_ms=query.endpointing)
     width = query.channels if query.multichannel else 1
     outbox = Outbox(websocket, settings.ws_outbox_size)
