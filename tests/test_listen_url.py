@@ -230,6 +230,7 @@ async def test_each_redirect_is_checked_again(audio: AudioServer) -> None:
         (f"http://127.0.0.1:{p}/speech/three_sentences.wav", "LISTEN_URL_HOSTS"),
         ("http://169.254.169.254/latest/meta-data/", "this machine"),
         ("gopher://audio.test/", "http or https"),
+        ("http://xn--a.audio.test/", "not a URL"),  # malformed punycode (issue 58 §6.1)
     ):
         audio.asked.clear()
         with pytest.raises(BadRequestError, match=says):
@@ -338,12 +339,16 @@ def test_the_route_refuses_what_the_guard_refuses(fetching: LiveServer, audio: A
         (f"http://127.0.0.1:{p}/speech/three_sentences.wav", "LISTEN_URL_HOSTS"),
         ("https://evil.example.com/a.wav", "LISTEN_URL_HOSTS"),
         ("ftp://audio.test/a.wav", "http or https"),
+        ("http://xn--/", "not a URL"),  # malformed punycode (issue 58 §6.1) ...
+        ("http://xn--a.com/", "not a URL"),
+        ("http://xn--ls8h.la/", "not a URL"),  # (an emoji, which IDNA 2008 does not allow)
     ):
         status, body = refusal(fetching, url)
         assert status == 400 and body["err_code"] == "Bad Request", body
         assert says in body["err_msg"], body
     headers = {"Authorization": f"Token {KEY}", "Content-Type": "application/json"}
-    for raw in (b'{"uri": "x"}', b"[1]", b"{", b'{"url": 5}'):
+    deep = b"[" * 8000 + b"]" * 8000  # (a RecursionError: issue 58 §7.3)
+    for raw in (b'{"uri": "x"}', b"[1]", b"{", b'{"url": 5}', deep):
         answer = httpx.post(fetching.url + "/v1/listen", content=raw, headers=headers)
         assert answer.status_code == 400 and '{"url"' in answer.json()["err_msg"], answer.text
     assert audio.asked == []

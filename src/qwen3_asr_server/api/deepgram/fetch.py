@@ -121,9 +121,10 @@ class UrlFetcher:
         addresses are checked as it is asked)."""
         try:
             url = base.join(link) if base is not None else httpx.URL(link)
-        except (httpx.InvalidURL, TypeError) as exc:
+            named = bool(url.host)  # (decodes an IDNA host: malformed punycode raises)
+        except (httpx.InvalidURL, TypeError, ValueError) as exc:
             raise BadRequestError(f"The url is not a URL ({exc}).", param="url") from exc
-        if url.scheme not in ("http", "https") or not url.host:
+        if url.scheme not in ("http", "https") or not named:
             raise BadRequestError("The url must be an http or https URL.", param="url")
         host = url.raw_host.decode("ascii")
         if not host_allowed(host, self.hosts):
@@ -178,6 +179,9 @@ class UrlFetcher:
                 except httpx.HTTPError as exc:
                     message = f"The URL's host {host} failed: {exc!r}."
                     raise UpstreamError(message, param="url") from exc
+                except ValueError as exc:  # (a redirect to a malformed IDNA name: httpx reads it)
+                    message = f"The url is not a URL: it redirects to a malformed name ({exc})."
+                    raise BadRequestError(message, param="url") from exc
                 try:
                     yield response
                 finally:

@@ -143,7 +143,7 @@ async def json_url(request: Request) -> str:
             raise BadRequestError(f"The JSON body is over {MAX_JSON_BYTES} bytes.", param="url")
     try:
         url = json.loads(body)["url"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):  # (nested past Python's limit)
         url = None
     if not isinstance(url, str):
         raise BadRequestError('A JSON body must be {"url": "https://..."}.', param="url")
