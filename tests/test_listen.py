@@ -45,6 +45,7 @@ from websockets.sync.client import connect
 
 from calls import AGENT, CUSTOMER, call, call_tracks, clip, reference
 from helpers import whisper_settings
+from qwen3_asr_server.api.deepgram import live
 from qwen3_asr_server.api.deepgram.query import ListenQuery, keyword, parse_query
 from qwen3_asr_server.api.deepgram.wire import Wire
 from qwen3_asr_server.app import create_app
@@ -686,6 +687,7 @@ def test_audio_we_cannot_decode_live_gets_an_error_and_data_0000(server: LiveSer
         "WebM": webm + bytes(4000),
         "32-bit": wav_bytes(speech, 16000, "FLOAT"),
         "sample_rate": wav_bytes(speech, 96000),
+        "fmt": b"RIFF\0\0\0\0WAVEfmt \x02\0\0\0\x01\0",  # (under 16 bytes: issue 58 §6.4)
     }
     for name, data in cases.items():
         messages, code, reason = exchange(server, "?model=nova-3", [data[:4096]], timeout=20)
@@ -864,3 +866,21 @@ def test_endpointing_false_keeps_voice_detection_and_ends_nothing_at_silence(
     said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
     assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4  # (whisper-tiny.en)
     assert finals[0]["start"] >= 1.5 and code == 1000
+
+
+def test_a_fault_of_ours_on_a_message_is_an_error_and_1011(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error while a message is handled: an Error (InternalError), Metadata,
+    then 1011 NET-0000, never a clean 1000 (issue 58 §6.4)."""
+
+    async def broken(self: Any, data: bytes) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(live.Stream, "audio", broken)
+    messages, code, reason = exchange(server, "?encoding=linear16", [bytes(3200)], timeout=30)
+    assert [m["type"] for m in messages] == ["Error", "Metadata"], messages
+    assert (
+        messages[0]["variant"] == "InternalError" and "RuntimeError" in messages[0]["description"]
+    )
+    assert (code, reason) == (1011, "NET-0000")

@@ -88,6 +88,8 @@ def wav_header(data: bytes) -> WavFormat | None:
                 raise Undecodable("The WAV header has no `fmt ` chunk before its audio.")
             return WavFormat(*found, header=body)
         if chunk == b"fmt ":
+            if size < 16:
+                raise Undecodable(f"The WAV's `fmt ` chunk has {size} bytes (at least 16).")
             if len(data) < body + min(size, 26):
                 return None
             tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, body)

@@ -63,11 +63,14 @@ NO_ENDPOINTING_MS = 10**9
 def close_code(reason: str) -> tuple[int, str]:
     """An ending's close frame, with Deepgram's documented reasons only: 1011 `NET-0001` for
     an idle stream; 1008 `DATA-0000` (its one data reason: audio it cannot decode) for audio
-    we cannot decode and for audio past WS_MAX_SESSION_S (its `Error` says which)."""
+    we cannot decode and for audio past WS_MAX_SESSION_S (its `Error` says which); 1011
+    `NET-0000` for a fault of ours."""
     if reason == "idle":
         return 1011, "NET-0001"
     if reason in ("limit", "undecodable"):
         return 1008, "DATA-0000"
+    if reason == "error":  # (a fault of ours: its Error was sent)
+        return 1011, "NET-0000"
     return 1000, ""
 
 
@@ -170,6 +173,18 @@ class Stream:
         self.head: bytes | None = b"" if query.sniff else None  # first bytes, not yet read
 
     async def on_message(self, received: MutableMapping[str, Any]) -> str | None:
+        """One client message handled; a fault of ours ends the stream as a fault: an
+        `Error`, its finals and Metadata, then 1011 (never a clean 1000)."""
+        try:
+            return await self.handle(received)
+        except Exception as exc:
+            logger.opt(exception=exc).error("listen: a message could not be handled")
+            why = f"The server failed on this message ({type(exc).__name__}): the stream ends."
+            message = m.Error(variant="InternalError", description=why)
+            await self.outbox.put(m.dump(message))
+            return "error"
+
+    async def handle(self, received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
         limit = self.ctx.settings.ws_max_frame_bytes
         size = len(data) if data is not None else len(text or "")
