@@ -884,3 +884,23 @@ def test_a_fault_of_ours_on_a_message_is_an_error_and_1011(
         messages[0]["variant"] == "InternalError" and "RuntimeError" in messages[0]["description"]
     )
     assert (code, reason) == (1011, "NET-0000")
+
+
+def test_prerecorded_diarize_with_multichannel_diarizes_each_channel(server: LiveServer) -> None:
+    """diarize=true&multichannel=true: each channel diarized, its speakers numbered from 0
+    (Deepgram's per-channel numbering): two voices on channel 0, one on channel 1 (issue 58
+    §6.3; every word was speaker 0)."""
+    gap = np.zeros(16000, np.float32)
+    left = np.concatenate([clip("meeting:0"), gap, clip("meeting:1"), gap])
+    right = np.zeros_like(left)
+    right[: len(clip("meeting:7"))] = clip("meeting:7")
+    answer = post(
+        server, wav_bytes(np.stack([left, right], axis=1), 16000), "?diarize=true&multichannel=true"
+    )
+    assert answer.status_code == 200, answer.text
+    channels = answer.json()["results"]["channels"]
+    speakers = [[w["speaker"] for w in c["alternatives"][0]["words"]] for c in channels]
+    first = speakers[0]
+    assert first and first[0] == 0 and set(first) == {0, 1}, speakers
+    assert first == sorted(first), speakers  # (the first voice, then the second)
+    assert speakers[1] and set(speakers[1]) == {0}, speakers

@@ -21,9 +21,11 @@ from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.datastructures import Headers
 
+from ...audio.decode import Audio
 from ...errors import BadRequestError, ServiceError
 from ...logging import REQUEST_ID, redact_url
-from ...transcription.channels import channel_names, transcribe_channels
+from ...transcript import Transcript
+from ...transcription.channels import channel_names, merge_channels, transcribe_channels
 from ...transcription.service import Options
 from ..deps import AppContext
 from ..disconnect import unless_client_leaves
@@ -150,6 +152,19 @@ async def json_url(request: Request) -> str:
     return url
 
 
+async def diarized_channels(ctx: AppContext, tracks: list[Audio], options: Options) -> Transcript:
+    """diarize with multichannel: each channel diarized as its own file, its speakers kept
+    (Deepgram numbers them per channel); the channels merged in time order."""
+    jobs = [transcription(ctx, track, options, True) for track in tracks]
+    results = list(await asyncio.gather(*jobs))
+    speakers = [[s.speaker for s in r.segments] for r in results]
+    merged = merge_channels(results, channel_names(None, len(results)))
+    for result, said in zip(results, speakers, strict=True):  # (merge_channels names them)
+        for segment, speaker in zip(result.segments, said, strict=True):
+            segment.speaker = speaker
+    return merged
+
+
 # Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
 @router.post(LISTEN_PATH, include_in_schema=False)
 async def listen_file(request: Request) -> JSONResponse:
@@ -182,8 +197,11 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
     try:
         if query.multichannel:
             tracks = await read_channels(ctx, request, upload)
-            names = channel_names(None, len(tracks))
-            work = transcribe_channels(ctx.transcriber, tracks, options, names)
+            if query.diarize:
+                work = diarized_channels(ctx, tracks, options)
+            else:
+                names = channel_names(None, len(tracks))
+                work = transcribe_channels(ctx.transcriber, tracks, options, names)
             channels, duration = len(tracks), tracks[0].duration
         else:
             audio = await read_upload(ctx, request, upload)
