@@ -142,7 +142,7 @@ async def listen(websocket: WebSocket) -> None:
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
     try:  # a client gone before the handshake ends gives its seat back
         await websocket.accept(
-            subprotocol="token" if offered[:1] == ["token"] else None,
+            subprotocol=offered[0] if offered[:1] and offered[0].lower() == "token" else None,
             headers=[(b"dg-request-id", REQUEST_ID.get().encode("ascii", "replace"))],
         )
     except BaseException:
