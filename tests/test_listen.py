@@ -905,3 +905,28 @@ def test_prerecorded_diarize_with_multichannel_diarizes_each_channel(server: Liv
     assert first and first[0] == 0 and set(first) == {0, 1}, speakers
     assert first == sorted(first), speakers  # (the first voice, then the second)
     assert speakers[1] and set(speakers[1]) == {0}, speakers
+
+
+def test_a_shutdown_sends_the_finals_then_metadata_before_1012() -> None:
+    """The server shuts down mid-utterance: the open utterance's final, then Metadata, then
+    uvicorn's 1012 (issue 58 §6.7: no Metadata came)."""
+    messages: list[dict[str, Any]] = []
+    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
+        url = ws_url(srv, "?encoding=linear16&sample_rate=16000&vad_events=true")
+        with connect(url, additional_headers={"Authorization": f"Token {KEY}"}) as ws:
+            ws.send(pcm16(load("sentence_02.wav")))  # (no silence after: the utterance is open)
+            messages.append(strict(ws.recv(timeout=60)))
+            assert messages[0]["type"] == "SpeechStarted"
+            stopping = threading.Thread(target=srv.stop)
+            stopping.start()
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    messages.append(strict(ws.recv(timeout=60)))
+            stopping.join(60)
+            code = ws.close_code
+    kinds = [m["type"] for m in messages]
+    assert kinds[-1] == "Metadata" and kinds.count("Metadata") == 1, kinds
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4, said
+    assert code == 1012

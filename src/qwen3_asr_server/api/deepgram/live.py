@@ -128,10 +128,6 @@ async def listen(websocket: WebSocket) -> None:
 
     lanes = [new_session(ctx, config, emitter(c), route_of(websocket)) for c in range(width)]
     session: StreamSession | ChannelGroup = lanes[0] if width == 1 else ChannelGroup(lanes)
-    refused = await register(ctx, session, outbox, route_of(websocket))
-    if refused:
-        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
-        return
     ingest = PcmIngest(
         query.sample_rate,
         settings.ws_max_session_s,
@@ -140,6 +136,10 @@ async def listen(websocket: WebSocket) -> None:
         mix=query.channels > 1 and not query.multichannel,
     )
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
+    refused = await register(ctx, session, outbox, route_of(websocket), stream.shutdown)
+    if refused:
+        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
+        return
     try:  # a client gone before the handshake ends gives its seat back
         await websocket.accept(
             subprotocol=offered[0] if offered[:1] and offered[0].lower() == "token" else None,
@@ -171,6 +171,7 @@ class Stream:
         self.sha = hashlib.sha256()
         self.received = 0  # audio bytes
         self.head: bytes | None = b"" if query.sniff else None  # first bytes, not yet read
+        self.said_farewell = False
 
     async def on_message(self, received: MutableMapping[str, Any]) -> str | None:
         """One client message handled; a fault of ours ends the stream as a fault: an
@@ -293,8 +294,16 @@ class Stream:
                 position = lane.samples_in / SAMPLE_RATE
                 await self.outbox.put(self.wire.finalized_nothing(c, position))
 
+    async def shutdown(self) -> None:
+        """The server shuts down (its finals are out): Metadata before uvicorn's 1012."""
+        await self.farewell("shutdown")
+        await self.outbox.drain()
+
     async def farewell(self, reason: str) -> None:
-        """Metadata, after the last final (CloseStream, idle, limit, shutdown)."""
+        """Metadata, after the last final (CloseStream, idle, limit, shutdown), once."""
+        if self.said_farewell:
+            return
+        self.said_farewell = True
         sample_bytes = 2 if self.query.encoding == "pcm_s16le" else 1
         duration = self.received / (self.query.sample_rate * sample_bytes * self.query.channels)
         await self.outbox.put(self.wire.metadata(self.created, duration, self.sha.hexdigest()))
