@@ -749,6 +749,10 @@ def test_audio_past_ws_max_session_s_closes_1008_data_0000() -> None:
         messages, code, reason = exchange(srv, "?encoding=linear16", [audio[:16000], audio])
     kinds = [m["type"] for m in messages]
     assert kinds[0] == "Error" and kinds[-1] == "Metadata", kinds
+    assert messages[0]["variant"] == "LimitError"  # (not SchemaError: issue 58 §6.9)
+    meta = messages[-1]  # the refused frame counts in neither (issue 58 §6.9)
+    assert meta["sha256"] == hashlib.sha256(audio[:16000]).hexdigest()
+    assert meta["duration"] == pytest.approx(0.5, abs=0.01)
     assert (code, reason) == (1008, "DATA-0000")
 
 
@@ -930,3 +934,18 @@ def test_a_shutdown_sends_the_finals_then_metadata_before_1012() -> None:
     said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
     assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4, said
     assert code == 1012
+
+
+def test_a_frame_over_ws_max_frame_bytes_is_a_limit_error_counted_nowhere(
+    server: LiveServer,
+) -> None:
+    """A binary frame over WS_MAX_FRAME_BYTES (1 MiB): an Error with variant LimitError (not
+    SchemaError, which is a text message that could not be parsed), the stream goes on; the
+    frame counts in neither Metadata's sha256 nor its duration (issue 58 §6.9)."""
+    big, small = bytes(1_100_000), bytes(3200)
+    close = json.dumps({"type": "CloseStream"})
+    messages, code, _ = exchange(server, "?encoding=linear16", [small, big, close])
+    assert [m["type"] for m in messages] == ["Error", "Metadata"], messages
+    assert messages[0]["variant"] == "LimitError"
+    assert messages[1]["sha256"] == hashlib.sha256(small).hexdigest()
+    assert messages[1]["duration"] == pytest.approx(0.1, abs=0.01) and code == 1000

@@ -52,7 +52,7 @@ from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
 from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query
 from .refusals import INVALID_AUTH, LISTEN_PATH, error_body
 from .response import created_now
-from .wire import Wire, configure_failure, error
+from .wire import LIMIT, Wire, configure_failure, error
 
 router = APIRouter()
 # endpointing=false: no silence is long enough to end an utterance (finals come from Finalize,
@@ -191,7 +191,7 @@ class Stream:
         size = len(data) if data is not None else len(text or "")
         if size > limit:
             msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
-            await self.outbox.put(error(msg))
+            await self.outbox.put(error(msg, variant=LIMIT))
             return None
         if data is not None:  # (an empty one: Deepgram's older CloseStream)
             return await self.audio(data) if data else "close_stream"
@@ -211,19 +211,22 @@ class Stream:
         return None  # (a KeepAlive: the idle timer starts again)
 
     async def audio(self, data: bytes) -> str | None:
-        self.sha.update(data)
+        sent = data  # (hashed once taken: a refused frame counts in neither sha256 nor duration)
         if self.head is not None:
-            unwrapped = await self.unwrap(self.head + data)
+            sent = self.head + data
+            unwrapped = await self.unwrap(sent)
             if not isinstance(unwrapped, bytes):
                 return unwrapped  # (None: more of a WAV header to come)
             if not unwrapped:
+                self.sha.update(sent)
                 return None
             data = unwrapped
         if not await self.ingest.feed(self.session, data):
             limit_s = self.ctx.settings.ws_max_session_s
             msg = f"The stream reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
-            await self.outbox.put(error(msg))
+            await self.outbox.put(error(msg, variant=LIMIT))
             return "limit"
+        self.sha.update(sent)
         self.received += len(data)
         for c, lane in enumerate(self.lanes):
             speaking = lane.turns.utterance is not None
