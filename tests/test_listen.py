@@ -949,3 +949,31 @@ def test_a_frame_over_ws_max_frame_bytes_is_a_limit_error_counted_nowhere(
     assert messages[0]["variant"] == "LimitError"
     assert messages[1]["sha256"] == hashlib.sha256(small).hexdigest()
     assert messages[1]["duration"] == pytest.approx(0.1, abs=0.01) and code == 1000
+
+
+def test_prerecorded_raw_audio_follows_encoding_sample_rate_and_channels(
+    server: LiveServer,
+) -> None:
+    """A body with no container is read as the query's encoding, sample_rate and channels
+    (Deepgram's raw audio); a WAV body keeps its own header's (issue 58 §4)."""
+    speech = load("sentence_02.wav")
+    narrow = soxr.resample(speech, 16000, 8000).astype(np.float32)
+    mulaw = g711.encode(narrow, "mulaw")
+    answer = post(server, mulaw, "?encoding=mulaw&sample_rate=8000", "application/octet-stream")
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    said = data["results"]["channels"][0]["alternatives"][0]["transcript"]
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.3, said
+    assert data["metadata"]["duration"] == pytest.approx(len(mulaw) / 8000, abs=0.01)
+    assert data["metadata"]["sha256"] == hashlib.sha256(mulaw).hexdigest()
+    stereo = pcm16(np.stack([speech, np.zeros_like(speech)], axis=1).reshape(-1))
+    query = "?encoding=linear16&sample_rate=16000&channels=2&multichannel=true"
+    answer = post(server, stereo, query, "audio/l16")
+    assert answer.status_code == 200, answer.text
+    channels = answer.json()["results"]["channels"]
+    said = [c["alternatives"][0]["transcript"] for c in channels]
+    assert len(said) == 2 and wer([transcripts()["sentence_02.wav"]], [said[0]]) <= 0.3, said
+    assert answer.json()["metadata"]["duration"] == pytest.approx(len(speech) / 16000, abs=0.01)
+    wav = wav_bytes(speech, 16000)  # (its header is read, not taken for audio at 8 kHz)
+    answer = post(server, wav, "?encoding=linear16&sample_rate=8000")
+    assert answer.json()["metadata"]["duration"] == pytest.approx(len(speech) / 16000, abs=0.01)

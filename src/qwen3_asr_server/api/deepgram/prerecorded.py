@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import shutil
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
@@ -33,8 +34,9 @@ from ..error_table import http_status
 from ..middleware import on_request_end
 from ..uploads import read_channels, read_upload, transcription
 from . import messages as m
+from .containers import compressed, is_wav, wav_for_raw
 from .fetch import UrlFetcher
-from .query import QueryError, parse_file_query
+from .query import FileQuery, QueryError, parse_file_query
 from .refusals import LISTEN_PATH, error_body
 from .response import created_now, file_body
 from .wire import model_identity
@@ -165,6 +167,34 @@ async def diarized_channels(ctx: AppContext, tracks: list[Audio], options: Optio
     return merged
 
 
+async def as_wav(upload: UploadFile, query: FileQuery) -> UploadFile:
+    """With `encoding`: a body that is no container (WAV, Ogg, FLAC, MP3, WebM, MP4) is raw
+    audio in that encoding, at `sample_rate`, `channels` interleaved: given a WAV header
+    (copied on a thread), it is read as any file is."""
+    encoding = query.encoding
+    assert encoding is not None
+
+    def wrapped() -> UploadFile:
+        head = upload.file.read(64)
+        upload.file.seek(0)
+        if is_wav(head) or compressed(head) is not None:
+            return upload
+        size = upload.size or 0
+        spool = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the upload's)
+        try:
+            spool.write(wav_for_raw(encoding, query.sample_rate, query.channels, size))
+            shutil.copyfileobj(upload.file, spool)
+        except BaseException:
+            spool.close()
+            raise
+        upload.file.close()
+        spool.seek(0)
+        file: Any = spool
+        return UploadFile(file, size=size, headers=Headers({"content-type": "audio/wav"}))
+
+    return await asyncio.to_thread(wrapped)
+
+
 # Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
 @router.post(LISTEN_PATH, include_in_schema=False)
 async def listen_file(request: Request) -> JSONResponse:
@@ -195,6 +225,8 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
     else:
         upload, sha256 = await body_file(request)
     try:
+        if query.encoding is not None:
+            upload = await as_wav(upload, query)
         if query.multichannel:
             tracks = await read_channels(ctx, request, upload)
             if query.diarize:
