@@ -45,6 +45,7 @@ from websockets.sync.client import connect
 
 from calls import AGENT, CUSTOMER, call, call_tracks, clip, reference
 from helpers import whisper_settings
+from qwen3_asr_server.api.deepgram import live
 from qwen3_asr_server.api.deepgram.query import ListenQuery, keyword, parse_query
 from qwen3_asr_server.api.deepgram.wire import Wire
 from qwen3_asr_server.app import create_app
@@ -375,10 +376,11 @@ def test_keys_token_bearer_subprotocol_and_a_wrong_one(server: LiveServer) -> No
     with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         ws.send(json.dumps({"type": "CloseStream"}))
         assert json.loads(ws.recv(timeout=30))["type"] == "Metadata"
-    with connect(url, subprotocols=["token", KEY]) as ws:  # type: ignore[list-item]
-        assert ws.subprotocol == "token"
-        ws.send(json.dumps({"type": "CloseStream"}))
-        assert json.loads(ws.recv(timeout=30))["type"] == "Metadata"
+    for scheme in ("token", "Token"):  # (echoed as sent, or a browser fails: issue 58 §6.8)
+        with connect(url, subprotocols=[scheme, KEY]) as ws:  # type: ignore[list-item]
+            assert ws.subprotocol == scheme
+            ws.send(json.dumps({"type": "CloseStream"}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "Metadata"
 
 
 def test_bad_text_frames_get_an_error_and_the_stream_goes_on(server: LiveServer) -> None:
@@ -686,6 +688,7 @@ def test_audio_we_cannot_decode_live_gets_an_error_and_data_0000(server: LiveSer
         "WebM": webm + bytes(4000),
         "32-bit": wav_bytes(speech, 16000, "FLOAT"),
         "sample_rate": wav_bytes(speech, 96000),
+        "fmt": b"RIFF\0\0\0\0WAVEfmt \x02\0\0\0\x01\0",  # (under 16 bytes: issue 58 §6.4)
     }
     for name, data in cases.items():
         messages, code, reason = exchange(server, "?model=nova-3", [data[:4096]], timeout=20)
@@ -746,6 +749,10 @@ def test_audio_past_ws_max_session_s_closes_1008_data_0000() -> None:
         messages, code, reason = exchange(srv, "?encoding=linear16", [audio[:16000], audio])
     kinds = [m["type"] for m in messages]
     assert kinds[0] == "Error" and kinds[-1] == "Metadata", kinds
+    assert messages[0]["variant"] == "LimitError"  # (not SchemaError: issue 58 §6.9)
+    meta = messages[-1]  # the refused frame counts in neither (issue 58 §6.9)
+    assert meta["sha256"] == hashlib.sha256(audio[:16000]).hexdigest()
+    assert meta["duration"] == pytest.approx(0.5, abs=0.01)
     assert (code, reason) == (1008, "DATA-0000")
 
 
@@ -842,3 +849,131 @@ def test_prerecorded_refusals_are_deepgram_errors(server: LiveServer) -> None:
 
 def speech_file(name: str) -> bytes:
     return (Path(__file__).parent / "data" / "speech" / name).read_bytes()
+
+
+def test_endpointing_false_keeps_voice_detection_and_ends_nothing_at_silence(
+    server: LiveServer,
+) -> None:
+    """endpointing=false with vad_events (LiveKit's endpointing_ms=0): silence before the
+    speech gets no SpeechStarted and no final, the speech one SpeechStarted; a pause ends
+    nothing: the only final answers the Finalize (issue 58 §6.2)."""
+    speech = load("sentence_02.wav")
+    silence = np.zeros(32000, np.float32)
+    audio = pcm16(np.concatenate([silence, speech, silence]))
+    frames: list[bytes | str] = [audio[i : i + 6400] for i in range(0, len(audio), 6400)]
+    frames += [json.dumps({"type": "Finalize"}), json.dumps({"type": "CloseStream"})]
+    query = "?encoding=linear16&sample_rate=16000&endpointing=false&vad_events=true"
+    messages, code, _ = exchange(server, query, frames, timeout=90)
+    started = [m for m in messages if m["type"] == "SpeechStarted"]
+    assert len(started) == 1 and started[0]["timestamp"] >= 1.5, started
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert finals and all(r["from_finalize"] and not r["speech_final"] for r in finals)
+    said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4  # (whisper-tiny.en)
+    assert finals[0]["start"] >= 1.5 and code == 1000
+
+
+def test_a_fault_of_ours_on_a_message_is_an_error_and_1011(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error while a message is handled: an Error (InternalError), Metadata,
+    then 1011 NET-0000, never a clean 1000 (issue 58 §6.4)."""
+
+    async def broken(self: Any, data: bytes) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(live.Stream, "audio", broken)
+    messages, code, reason = exchange(server, "?encoding=linear16", [bytes(3200)], timeout=30)
+    assert [m["type"] for m in messages] == ["Error", "Metadata"], messages
+    assert (
+        messages[0]["variant"] == "InternalError" and "RuntimeError" in messages[0]["description"]
+    )
+    assert (code, reason) == (1011, "NET-0000")
+
+
+def test_prerecorded_diarize_with_multichannel_diarizes_each_channel(server: LiveServer) -> None:
+    """diarize=true&multichannel=true: each channel diarized, its speakers numbered from 0
+    (Deepgram's per-channel numbering): two voices on channel 0, one on channel 1 (issue 58
+    §6.3; every word was speaker 0)."""
+    gap = np.zeros(16000, np.float32)
+    left = np.concatenate([clip("meeting:0"), gap, clip("meeting:1"), gap])
+    right = np.zeros_like(left)
+    right[: len(clip("meeting:7"))] = clip("meeting:7")
+    answer = post(
+        server, wav_bytes(np.stack([left, right], axis=1), 16000), "?diarize=true&multichannel=true"
+    )
+    assert answer.status_code == 200, answer.text
+    channels = answer.json()["results"]["channels"]
+    speakers = [[w["speaker"] for w in c["alternatives"][0]["words"]] for c in channels]
+    first = speakers[0]
+    assert first and first[0] == 0 and set(first) == {0, 1}, speakers
+    assert first == sorted(first), speakers  # (the first voice, then the second)
+    assert speakers[1] and set(speakers[1]) == {0}, speakers
+
+
+def test_a_shutdown_sends_the_finals_then_metadata_before_1012() -> None:
+    """The server shuts down mid-utterance: the open utterance's final, then Metadata, then
+    uvicorn's 1012 (issue 58 §6.7: no Metadata came)."""
+    messages: list[dict[str, Any]] = []
+    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
+        url = ws_url(srv, "?encoding=linear16&sample_rate=16000&vad_events=true")
+        with connect(url, additional_headers={"Authorization": f"Token {KEY}"}) as ws:
+            ws.send(pcm16(load("sentence_02.wav")))  # (no silence after: the utterance is open)
+            messages.append(strict(ws.recv(timeout=60)))
+            assert messages[0]["type"] == "SpeechStarted"
+            stopping = threading.Thread(target=srv.stop)
+            stopping.start()
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    messages.append(strict(ws.recv(timeout=60)))
+            stopping.join(60)
+            code = ws.close_code
+    kinds = [m["type"] for m in messages]
+    assert kinds[-1] == "Metadata" and kinds.count("Metadata") == 1, kinds
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    said = " ".join(r["channel"]["alternatives"][0]["transcript"] for r in finals)
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.4, said
+    assert code == 1012
+
+
+def test_a_frame_over_ws_max_frame_bytes_is_a_limit_error_counted_nowhere(
+    server: LiveServer,
+) -> None:
+    """A binary frame over WS_MAX_FRAME_BYTES (1 MiB): an Error with variant LimitError (not
+    SchemaError, which is a text message that could not be parsed), the stream goes on; the
+    frame counts in neither Metadata's sha256 nor its duration (issue 58 §6.9)."""
+    big, small = bytes(1_100_000), bytes(3200)
+    close = json.dumps({"type": "CloseStream"})
+    messages, code, _ = exchange(server, "?encoding=linear16", [small, big, close])
+    assert [m["type"] for m in messages] == ["Error", "Metadata"], messages
+    assert messages[0]["variant"] == "LimitError"
+    assert messages[1]["sha256"] == hashlib.sha256(small).hexdigest()
+    assert messages[1]["duration"] == pytest.approx(0.1, abs=0.01) and code == 1000
+
+
+def test_prerecorded_raw_audio_follows_encoding_sample_rate_and_channels(
+    server: LiveServer,
+) -> None:
+    """A body with no container is read as the query's encoding, sample_rate and channels
+    (Deepgram's raw audio); a WAV body keeps its own header's (issue 58 §4)."""
+    speech = load("sentence_02.wav")
+    narrow = soxr.resample(speech, 16000, 8000).astype(np.float32)
+    mulaw = g711.encode(narrow, "mulaw")
+    answer = post(server, mulaw, "?encoding=mulaw&sample_rate=8000", "application/octet-stream")
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    said = data["results"]["channels"][0]["alternatives"][0]["transcript"]
+    assert wer([transcripts()["sentence_02.wav"]], [said]) <= 0.3, said
+    assert data["metadata"]["duration"] == pytest.approx(len(mulaw) / 8000, abs=0.01)
+    assert data["metadata"]["sha256"] == hashlib.sha256(mulaw).hexdigest()
+    stereo = pcm16(np.stack([speech, np.zeros_like(speech)], axis=1).reshape(-1))
+    query = "?encoding=linear16&sample_rate=16000&channels=2&multichannel=true"
+    answer = post(server, stereo, query, "audio/l16")
+    assert answer.status_code == 200, answer.text
+    channels = answer.json()["results"]["channels"]
+    said = [c["alternatives"][0]["transcript"] for c in channels]
+    assert len(said) == 2 and wer([transcripts()["sentence_02.wav"]], [said[0]]) <= 0.3, said
+    assert answer.json()["metadata"]["duration"] == pytest.approx(len(speech) / 16000, abs=0.01)
+    wav = wav_bytes(speech, 16000)  # (its header is read, not taken for audio at 8 kHz)
+    answer = post(server, wav, "?encoding=linear16&sample_rate=8000")
+    assert answer.json()["metadata"]["duration"] == pytest.approx(len(speech) / 16000, abs=0.01)

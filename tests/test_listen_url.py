@@ -15,6 +15,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +54,7 @@ HOSTS = "localhost,audio.test,169.254.169.254,*.example.org"
 
 class AudioServer(ThreadingHTTPServer):
     """Serves /speech/NAME, /redirect?URL (302), /status/N, /endless (no length, 20 MB),
+    /trickle (a byte every 0.2 s),
     /hang (headers, then nothing until `release`), /hold (as /hang, and `hung_up` set when
     the fetcher closes the connection), /gzip; keeps what it was asked."""
 
@@ -84,6 +86,18 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
         elif path.startswith("/status/"):
             self.reply(int(path.removeprefix("/status/")), b"nope")
+        elif path == "/trickle":  # a byte every 0.2 s, until the fetcher hangs up
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(1000):
+                try:
+                    self.wfile.write(b"\0")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                if self.server.release.wait(0.2):
+                    return
         elif path == "/gzip":
             self.reply(200, WAV, {"Content-Encoding": "gzip"})
         elif path == "/hold":
@@ -174,7 +188,7 @@ def test_only_public_addresses_pass() -> None:
         "255.255.255.255", "192.0.2.1", "::1", "::", "fe80::1", "fc00::1", "fd12::1",
         "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::ffff:10.0.0.1",
         "2002:7f00:1::1", "2002:a9fe:a9fe::", "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1",
-        "2001:db8::1", "2001::1",
+        "2001:db8::1", "2001::1", "fec0::1", "feff::1", "3fff::1", "3fff:fff::1",
     ]  # fmt: skip
     for address in refused:
         assert not is_public(ipaddress.ip_address(address)), address
@@ -230,6 +244,7 @@ async def test_each_redirect_is_checked_again(audio: AudioServer) -> None:
         (f"http://127.0.0.1:{p}/speech/three_sentences.wav", "LISTEN_URL_HOSTS"),
         ("http://169.254.169.254/latest/meta-data/", "this machine"),
         ("gopher://audio.test/", "http or https"),
+        ("http://xn--a.audio.test/", "not a URL"),  # malformed punycode (issue 58 §6.1)
     ):
         audio.asked.clear()
         with pytest.raises(BadRequestError, match=says):
@@ -266,6 +281,12 @@ async def test_upstream_failures(audio: AudioServer) -> None:
         await fetched(fetcher(), f"{url}/gzip")
     with pytest.raises(UpstreamError, match="ReadTimeout"):
         await fetched(fetcher(read_s=0.5), f"{url}/hang")
+    # bytes trickling in, never 0.5 s apart: cut at the deadline scaled by size (here 1 s
+    # and 1 s per 1000 bytes), not at the whole fetch's (issue 58 §6.10)
+    began = time.monotonic()
+    with pytest.raises(UpstreamError, match="too long"):
+        await fetched(fetcher(read_s=0.5, grace_s=1.0, min_rate=1000), f"{url}/trickle")
+    assert time.monotonic() - began < 30
     closed = AudioServer()
     closed.server_close()  # a port nobody listens on
     with pytest.raises(UpstreamError, match="could not be reached"):
@@ -338,12 +359,16 @@ def test_the_route_refuses_what_the_guard_refuses(fetching: LiveServer, audio: A
         (f"http://127.0.0.1:{p}/speech/three_sentences.wav", "LISTEN_URL_HOSTS"),
         ("https://evil.example.com/a.wav", "LISTEN_URL_HOSTS"),
         ("ftp://audio.test/a.wav", "http or https"),
+        ("http://xn--/", "not a URL"),  # malformed punycode (issue 58 §6.1) ...
+        ("http://xn--a.com/", "not a URL"),
+        ("http://xn--ls8h.la/", "not a URL"),  # (an emoji, which IDNA 2008 does not allow)
     ):
         status, body = refusal(fetching, url)
         assert status == 400 and body["err_code"] == "Bad Request", body
         assert says in body["err_msg"], body
     headers = {"Authorization": f"Token {KEY}", "Content-Type": "application/json"}
-    for raw in (b'{"uri": "x"}', b"[1]", b"{", b'{"url": 5}'):
+    deep = b"[" * 8000 + b"]" * 8000  # (a RecursionError: issue 58 §7.3)
+    for raw in (b'{"uri": "x"}', b"[1]", b"{", b'{"url": 5}', deep):
         answer = httpx.post(fetching.url + "/v1/listen", content=raw, headers=headers)
         assert answer.status_code == 400 and '{"url"' in answer.json()["err_msg"], answer.text
     assert audio.asked == []

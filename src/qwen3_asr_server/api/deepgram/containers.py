@@ -3,7 +3,8 @@
 channels and format: 16-bit PCM, μ-law or A-law, plain or WAVE_FORMAT_EXTENSIBLE) and taken
 off the audio; a compressed container or codec (WebM, Ogg, FLAC, MP3, AAC, MP4) is named, as
 it is not decoded live; anything else is raw audio. Pure byte arithmetic on a bounded
-header."""
+header. POST /v1/listen with `encoding` and raw audio: the WAV header that makes it a file
+(`wav_for_raw`)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def wav_header(data: bytes) -> WavFormat | None:
                 raise Undecodable("The WAV header has no `fmt ` chunk before its audio.")
             return WavFormat(*found, header=body)
         if chunk == b"fmt ":
+            if size < 16:
+                raise Undecodable(f"The WAV's `fmt ` chunk has {size} bytes (at least 16).")
             if len(data) < body + min(size, 26):
                 return None
             tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, body)
@@ -103,3 +106,14 @@ def wav_header(data: bytes) -> WavFormat | None:
     if len(data) > MAX_HEADER:
         raise Undecodable(f"No WAV audio within the first {MAX_HEADER} bytes.")
     return None
+
+
+def wav_for_raw(encoding: Encoding, rate: int, channels: int, size: int) -> bytes:
+    """The header of a WAV whose data is `size` bytes of raw `encoding` audio."""
+    tag, bits = next((t, b) for t, (e, b) in WAV_FORMATS.items() if e == encoding)
+    width = bits // 8 * channels
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, rate * width, width, bits)
+    if tag != 1:
+        fmt += b"\0\0"  # (cbSize: a non-PCM format's fmt chunk is 18 bytes)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", size)
+    return b"RIFF" + struct.pack("<I", len(body) + size) + body

@@ -30,9 +30,15 @@ from ...errors import BadRequestError, TooLargeError, UnavailableError, Upstream
 MAX_REDIRECTS = 3
 CONNECT_S, READ_S = 10.0, 30.0  # to connect; then each read (the longest wait between bytes)
 DEADLINE_S = 300.0  # the whole fetch, every hop and the body
+# ... and, scaled by size: past GRACE_S, at least MIN_RATE bytes a second on average (a host
+# trickling bytes cannot hold one of the MAX_FETCHES slots for DEADLINE_S)
+GRACE_S, MIN_RATE = 15.0, 100_000
 DNS_S = 10.0  # to resolve a name (a stuck resolver does not hold the request)
 MAX_FETCHES = 4  # URL fetches in progress at once, per app
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # IPv6 addresses carrying an IPv4 one
+# not public, though Python 3.11 calls them global: site-local (deprecated, still routed
+# inside some sites) and the documentation prefix of RFC 9637
+NOT_PUBLIC_V6 = (ipaddress.ip_network("fec0::/10"), ipaddress.ip_network("3fff::/20"))
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses to connect to, each one checked; or a refusal
 Vet = Callable[[str, int], Awaitable[list[str]]]
@@ -75,6 +81,8 @@ def is_public(ip: IP) -> bool:
             inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if inner is not None:
             return is_public(inner)
+        if any(ip in net for net in NOT_PUBLIC_V6):
+            return False
     flags = (ip.is_private, ip.is_loopback, ip.is_link_local, ip.is_multicast, ip.is_reserved)
     return ip.is_global and not ip.is_unspecified and not any(flags)
 
@@ -115,15 +123,18 @@ class UrlFetcher:
     verify: ssl.SSLContext | bool = True  # a context is used as it is (`Fetches.tls`)
     read_s: float = READ_S
     deadline_s: float = DEADLINE_S
+    grace_s: float = GRACE_S
+    min_rate: float = MIN_RATE  # bytes a second, on average past grace_s
 
     def checked(self, link: str, base: httpx.URL | None = None) -> httpx.URL:
         """`link` (relative to `base`, a redirect's) if its scheme and host may be asked (its
         addresses are checked as it is asked)."""
         try:
             url = base.join(link) if base is not None else httpx.URL(link)
-        except (httpx.InvalidURL, TypeError) as exc:
+            named = bool(url.host)  # (decodes an IDNA host: malformed punycode raises)
+        except (httpx.InvalidURL, TypeError, ValueError) as exc:
             raise BadRequestError(f"The url is not a URL ({exc}).", param="url") from exc
-        if url.scheme not in ("http", "https") or not url.host:
+        if url.scheme not in ("http", "https") or not named:
             raise BadRequestError("The url must be an http or https URL.", param="url")
         host = url.raw_host.decode("ascii")
         if not host_allowed(host, self.hosts):
@@ -141,15 +152,17 @@ class UrlFetcher:
         if not isinstance(tls, ssl.SSLContext):  # (CPU and disk work: off the event loop)
             tls = await asyncio.to_thread(httpx.create_ssl_context, tls)
         try:
-            async with asyncio.timeout(self.deadline_s):
+            async with asyncio.timeout(self.deadline_s) as budget:
                 for _ in range(MAX_REDIRECTS + 1):
                     async with self._response(target, tls) as response:
                         if not response.is_redirect:
-                            return await self._read(response, write)
+                            return await self._read(response, write, budget)
                         target = self.checked(response.headers["location"], target)
         except TimeoutError as exc:
             raise UpstreamError(
-                f"The URL took longer than {self.deadline_s:g} s.", param="url"
+                f"The URL took too long: at most {self.deadline_s:g} s, and past the first "
+                f"{self.grace_s:g} s at least {self.min_rate / 1000:g} kB a second.",
+                param="url",
             ) from exc
         raise BadRequestError(f"The URL redirects more than {MAX_REDIRECTS} times.", param="url")
 
@@ -178,13 +191,16 @@ class UrlFetcher:
                 except httpx.HTTPError as exc:
                     message = f"The URL's host {host} failed: {exc!r}."
                     raise UpstreamError(message, param="url") from exc
+                except ValueError as exc:  # (a redirect to a malformed IDNA name: httpx reads it)
+                    message = f"The url is not a URL: it redirects to a malformed name ({exc})."
+                    raise BadRequestError(message, param="url") from exc
                 try:
                     yield response
                 finally:
                     await response.aclose()
                 return
 
-    async def _read(self, response: httpx.Response, write: Write) -> str:
+    async def _read(self, response: httpx.Response, write: Write, budget: asyncio.Timeout) -> str:
         status = f"{response.status_code} {response.reason_phrase}".strip()
         if response.status_code >= 500:
             raise UpstreamError(f"The URL's host answered {status}.", param="url")
@@ -197,9 +213,18 @@ class UrlFetcher:
         if length.isdigit() and int(length) > self.max_bytes:
             raise self._too_large()
         size = 0
+        due = budget.when()
+        start = (due or 0.0) - self.deadline_s
+
+        def by_size() -> None:  # (the deadline, scaled by the bytes received so far)
+            if due is not None:
+                budget.reschedule(min(due, start + self.grace_s + size / self.min_rate))
+
+        by_size()
         try:
             async for chunk in response.aiter_raw():
                 size += len(chunk)
+                by_size()
                 if size > self.max_bytes:
                     raise self._too_large()
                 await write(chunk)

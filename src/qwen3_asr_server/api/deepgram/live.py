@@ -52,19 +52,25 @@ from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
 from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query
 from .refusals import INVALID_AUTH, LISTEN_PATH, error_body
 from .response import created_now
-from .wire import Wire, configure_failure, error
+from .wire import LIMIT, Wire, configure_failure, error
 
 router = APIRouter()
+# endpointing=false: no silence is long enough to end an utterance (finals come from Finalize,
+# CloseStream and WS_MAX_UTTERANCE_S); voice detection still starts them (SpeechStarted)
+NO_ENDPOINTING_MS = 10**9
 
 
 def close_code(reason: str) -> tuple[int, str]:
     """An ending's close frame, with Deepgram's documented reasons only: 1011 `NET-0001` for
     an idle stream; 1008 `DATA-0000` (its one data reason: audio it cannot decode) for audio
-    we cannot decode and for audio past WS_MAX_SESSION_S (its `Error` says which)."""
+    we cannot decode and for audio past WS_MAX_SESSION_S (its `Error` says which); 1011
+    `NET-0000` for a fault of ours."""
     if reason == "idle":
         return 1011, "NET-0001"
     if reason in ("limit", "undecodable"):
         return 1008, "DATA-0000"
+    if reason == "error":  # (a fault of ours: its Error was sent)
+        return 1011, "NET-0000"
     return 1000, ""
 
 
@@ -102,9 +108,10 @@ async def listen(websocket: WebSocket) -> None:
         message = exc.message if isinstance(exc, ServiceError) else str(exc)
         await refuse(websocket, 400, "Bad Request", message)
         return
-    use_vad = query.endpointing is not False
-    config = replace(base_config(ctx, use_vad, decoding), diarize=query.diarize)
-    if query.endpointing:  # (milliseconds; False: no endpointing, None: WS_END_SILENCE_MS)
+    config = replace(base_config(ctx, True, decoding), diarize=query.diarize)
+    if query.endpointing is False:  # voice detection still finds speech; silence ends nothing
+        config = replace(config, end_silence_ms=NO_ENDPOINTING_MS)
+    elif query.endpointing:  # (milliseconds; None: WS_END_SILENCE_MS)
         config = replace(config, end_silence_ms=query.endpointing)
     width = query.channels if query.multichannel else 1
     outbox = Outbox(websocket, settings.ws_outbox_size)
@@ -121,10 +128,6 @@ async def listen(websocket: WebSocket) -> None:
 
     lanes = [new_session(ctx, config, emitter(c), route_of(websocket)) for c in range(width)]
     session: StreamSession | ChannelGroup = lanes[0] if width == 1 else ChannelGroup(lanes)
-    refused = await register(ctx, session, outbox, route_of(websocket))
-    if refused:
-        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
-        return
     ingest = PcmIngest(
         query.sample_rate,
         settings.ws_max_session_s,
@@ -133,9 +136,13 @@ async def listen(websocket: WebSocket) -> None:
         mix=query.channels > 1 and not query.multichannel,
     )
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
+    refused = await register(ctx, session, outbox, route_of(websocket), stream.shutdown)
+    if refused:
+        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
+        return
     try:  # a client gone before the handshake ends gives its seat back
         await websocket.accept(
-            subprotocol="token" if offered[:1] == ["token"] else None,
+            subprotocol=offered[0] if offered[:1] and offered[0].lower() == "token" else None,
             headers=[(b"dg-request-id", REQUEST_ID.get().encode("ascii", "replace"))],
         )
     except BaseException:
@@ -164,14 +171,27 @@ class Stream:
         self.sha = hashlib.sha256()
         self.received = 0  # audio bytes
         self.head: bytes | None = b"" if query.sniff else None  # first bytes, not yet read
+        self.said_farewell = False
 
     async def on_message(self, received: MutableMapping[str, Any]) -> str | None:
+        """One client message handled; a fault of ours ends the stream as a fault: an
+        `Error`, its finals and Metadata, then 1011 (never a clean 1000)."""
+        try:
+            return await self.handle(received)
+        except Exception as exc:
+            logger.opt(exception=exc).error("listen: a message could not be handled")
+            why = f"The server failed on this message ({type(exc).__name__}): the stream ends."
+            message = m.Error(variant="InternalError", description=why)
+            await self.outbox.put(m.dump(message))
+            return "error"
+
+    async def handle(self, received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
         limit = self.ctx.settings.ws_max_frame_bytes
         size = len(data) if data is not None else len(text or "")
         if size > limit:
             msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
-            await self.outbox.put(error(msg))
+            await self.outbox.put(error(msg, variant=LIMIT))
             return None
         if data is not None:  # (an empty one: Deepgram's older CloseStream)
             return await self.audio(data) if data else "close_stream"
@@ -191,19 +211,22 @@ class Stream:
         return None  # (a KeepAlive: the idle timer starts again)
 
     async def audio(self, data: bytes) -> str | None:
-        self.sha.update(data)
+        sent = data  # (hashed once taken: a refused frame counts in neither sha256 nor duration)
         if self.head is not None:
-            unwrapped = await self.unwrap(self.head + data)
+            sent = self.head + data
+            unwrapped = await self.unwrap(sent)
             if not isinstance(unwrapped, bytes):
                 return unwrapped  # (None: more of a WAV header to come)
             if not unwrapped:
+                self.sha.update(sent)
                 return None
             data = unwrapped
         if not await self.ingest.feed(self.session, data):
             limit_s = self.ctx.settings.ws_max_session_s
             msg = f"The stream reached {limit_s:g} s of audio (WS_MAX_SESSION_S)."
-            await self.outbox.put(error(msg))
+            await self.outbox.put(error(msg, variant=LIMIT))
             return "limit"
+        self.sha.update(sent)
         self.received += len(data)
         for c, lane in enumerate(self.lanes):
             speaking = lane.turns.utterance is not None
@@ -274,8 +297,16 @@ class Stream:
                 position = lane.samples_in / SAMPLE_RATE
                 await self.outbox.put(self.wire.finalized_nothing(c, position))
 
+    async def shutdown(self) -> None:
+        """The server shuts down (its finals are out): Metadata before uvicorn's 1012."""
+        await self.farewell("shutdown")
+        await self.outbox.drain()
+
     async def farewell(self, reason: str) -> None:
-        """Metadata, after the last final (CloseStream, idle, limit, shutdown)."""
+        """Metadata, after the last final (CloseStream, idle, limit, shutdown), once."""
+        if self.said_farewell:
+            return
+        self.said_farewell = True
         sample_bytes = 2 if self.query.encoding == "pcm_s16le" else 1
         duration = self.received / (self.query.sample_rate * sample_bytes * self.query.channels)
         await self.outbox.put(self.wire.metadata(self.created, duration, self.sha.hexdigest()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import shutil
 from tempfile import SpooledTemporaryFile
 from typing import Any
 
@@ -21,9 +22,11 @@ from fastapi.responses import JSONResponse
 from loguru import logger
 from starlette.datastructures import Headers
 
+from ...audio.decode import Audio
 from ...errors import BadRequestError, ServiceError
 from ...logging import REQUEST_ID, redact_url
-from ...transcription.channels import channel_names, transcribe_channels
+from ...transcript import Transcript
+from ...transcription.channels import channel_names, merge_channels, transcribe_channels
 from ...transcription.service import Options
 from ..deps import AppContext
 from ..disconnect import unless_client_leaves
@@ -31,8 +34,9 @@ from ..error_table import http_status
 from ..middleware import on_request_end
 from ..uploads import read_channels, read_upload, transcription
 from . import messages as m
+from .containers import compressed, is_wav, wav_for_raw
 from .fetch import UrlFetcher
-from .query import QueryError, parse_file_query
+from .query import FileQuery, QueryError, parse_file_query
 from .refusals import LISTEN_PATH, error_body
 from .response import created_now, file_body
 from .wire import model_identity
@@ -143,11 +147,52 @@ async def json_url(request: Request) -> str:
             raise BadRequestError(f"The JSON body is over {MAX_JSON_BYTES} bytes.", param="url")
     try:
         url = json.loads(body)["url"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):  # (nested past Python's limit)
         url = None
     if not isinstance(url, str):
         raise BadRequestError('A JSON body must be {"url": "https://..."}.', param="url")
     return url
+
+
+async def diarized_channels(ctx: AppContext, tracks: list[Audio], options: Options) -> Transcript:
+    """diarize with multichannel: each channel diarized as its own file, its speakers kept
+    (Deepgram numbers them per channel); the channels merged in time order."""
+    jobs = [transcription(ctx, track, options, True) for track in tracks]
+    results = list(await asyncio.gather(*jobs))
+    speakers = [[s.speaker for s in r.segments] for r in results]
+    merged = merge_channels(results, channel_names(None, len(results)))
+    for result, said in zip(results, speakers, strict=True):  # (merge_channels names them)
+        for segment, speaker in zip(result.segments, said, strict=True):
+            segment.speaker = speaker
+    return merged
+
+
+async def as_wav(upload: UploadFile, query: FileQuery) -> UploadFile:
+    """With `encoding`: a body that is no container (WAV, Ogg, FLAC, MP3, WebM, MP4) is raw
+    audio in that encoding, at `sample_rate`, `channels` interleaved: given a WAV header
+    (copied on a thread), it is read as any file is."""
+    encoding = query.encoding
+    assert encoding is not None
+
+    def wrapped() -> UploadFile:
+        head = upload.file.read(64)
+        upload.file.seek(0)
+        if is_wav(head) or compressed(head) is not None:
+            return upload
+        size = upload.size or 0
+        spool = SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (the upload's)
+        try:
+            spool.write(wav_for_raw(encoding, query.sample_rate, query.channels, size))
+            shutil.copyfileobj(upload.file, spool)
+        except BaseException:
+            spool.close()
+            raise
+        upload.file.close()
+        spool.seek(0)
+        file: Any = spool
+        return UploadFile(file, size=size, headers=Headers({"content-type": "audio/wav"}))
+
+    return await asyncio.to_thread(wrapped)
 
 
 # Not in the OpenAPI schema: its bodies are Deepgram's (docs/DEEPGRAM.md), not the errors there
@@ -180,10 +225,15 @@ async def transcribe(ctx: AppContext, request: Request) -> JSONResponse:
     else:
         upload, sha256 = await body_file(request)
     try:
+        if query.encoding is not None:
+            upload = await as_wav(upload, query)
         if query.multichannel:
             tracks = await read_channels(ctx, request, upload)
-            names = channel_names(None, len(tracks))
-            work = transcribe_channels(ctx.transcriber, tracks, options, names)
+            if query.diarize:
+                work = diarized_channels(ctx, tracks, options)
+            else:
+                names = channel_names(None, len(tracks))
+                work = transcribe_channels(ctx.transcriber, tracks, options, names)
             channels, duration = len(tracks), tracks[0].duration
         else:
             audio = await read_upload(ctx, request, upload)

@@ -180,10 +180,20 @@ class FileQuery:
     diarize: bool = False
     utterances: bool = False
     paragraphs: bool = False
+    # raw audio's format (a body that is no container): None when `encoding` is not sent
+    encoding: Encoding | None = None
+    sample_rate: int = 16000
+    channels: int = 1
 
 
 def parse_file_query(query: QueryParams) -> FileQuery:
+    # (another encoding, e.g. opus or flac, is its container's: the body is read as a file)
+    encoding = LISTEN_ENCODINGS.get((query.get("encoding") or "").lower())
+    default_rate = 16000 if encoding in (None, "pcm_s16le") else 8000
     return FileQuery(
+        encoding=encoding,
+        sample_rate=integer(query, "sample_rate", default_rate, *RATES),
+        channels=integer(query, "channels", 1, 1, MAX_CHANNELS),
         language=language(query.get("language")),
         keywords=terms(query),
         multichannel=flag(query, "multichannel"),

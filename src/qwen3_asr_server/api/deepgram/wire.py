@@ -189,9 +189,15 @@ class Wire:
         )
 
 
-def error(description: str, sent: str | None = None) -> dict[str, Any]:
-    """A client message we could not use (the stream goes on)."""
-    return m.dump(m.Error(variant="SchemaError", description=description, message=sent))
+LIMIT = "LimitError"  # a frame over WS_MAX_FRAME_BYTES, audio past WS_MAX_SESSION_S
+
+
+def error(
+    description: str, sent: str | None = None, variant: str = "SchemaError"
+) -> dict[str, Any]:
+    """A client message we could not use (SchemaError: a text message that could not be
+    parsed, `sent` echoed; LIMIT: one of our limits)."""
+    return m.dump(m.Error(variant=variant, description=description, message=sent))
 
 
 def configure_failure(request_id: str, asked: m.Configure) -> dict[str, Any]:

@@ -195,12 +195,17 @@ def base_config(
 
 
 async def register(
-    ctx: AppContext, session: StreamSession | ChannelGroup, outbox: Outbox, route: str
+    ctx: AppContext,
+    session: StreamSession | ChannelGroup,
+    outbox: Outbox,
+    route: str,
+    drain: Callable[[], Awaitable[None]] | None = None,
 ) -> str | None:
     """Add the session to the bounded registry (a ChannelGroup takes a seat per channel),
-    counted under `route`; on refusal, release it and say why."""
+    counted under `route`; on refusal, release it and say why. `drain` (default: the
+    outbox's) runs at shutdown once the session's last final is out."""
     try:
-        ctx.sessions.add(session, outbox.drain, route)
+        ctx.sessions.add(session, drain or outbox.drain, route)
     except SessionLimitError as exc:
         await session.close("rejected")
         await outbox.close()
