@@ -169,7 +169,7 @@ class Speakers:
                 best, cut = score, k
         if best >= SPLIT_BELOW:
             return []
-        if best >= SPLIT_ALONE:  # (two new voices, neither near a known one: a change)
+        if best >= SPLIT_ALONE:  # a change unless both sides are nearest one voice (issue 58)
             left, right = vectors[lo:cut].sum(0), vectors[cut:hi].sum(0)
             nearest = self._nearest(left)
             if nearest is not None and nearest == self._nearest(right):
