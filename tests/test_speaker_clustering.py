@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 
-from qwen3_asr_server.streaming.voices import SAME_SPEAKER, Speakers, windows
+from qwen3_asr_server.streaming.voices import MERGE_AT, SAME_SPEAKER, SPLIT_ALONE, Speakers, windows
 
 RATE = 16000
 rng = np.random.default_rng(7)
@@ -86,11 +86,64 @@ def test_known_speakers_are_named_and_others_lettered() -> None:
     assert speakers_of(s, A, A) == ["Maria"]
 
 
+def between(a: np.ndarray, b: np.ndarray, weight: float) -> np.ndarray:
+    """A voice `weight` of the way from a's direction to b's, unit length."""
+    v = a + weight * b
+    return v / np.linalg.norm(v)
+
+
 def test_a_voice_below_the_threshold_is_a_new_speaker() -> None:
     s = Speakers()
     speakers_of(s, A, A)
-    # halfway between A and C: below SAME_SPEAKER to A's centroid
-    mix = A + C
-    mix /= np.linalg.norm(mix)
-    assert float(mix @ A) < SAME_SPEAKER
-    assert speakers_of(s, mix, mix) == ["B"]
+    other = between(A, C, 1.5)  # cosine 0.55 to A: below SAME_SPEAKER and MERGE_AT
+    assert float(other @ A) < min(SAME_SPEAKER, MERGE_AT)
+    assert speakers_of(s, other, other) == ["B"]
+
+
+def test_a_voice_whose_windows_meet_a_speaker_s_is_that_speaker() -> None:
+    """Just below SAME_SPEAKER to A's centroid (a noisy first guess would give it a new
+    letter), but its windows meet A's at MERGE_AT or more on average: it is A, and no new
+    letter is used up (issue 58 §1: one caller split into two)."""
+    s = Speakers()
+    speakers_of(s, A, A)
+    close = between(A, C, 1.0)  # cosine 0.7 to A
+    assert MERGE_AT < float(close @ A) < SAME_SPEAKER
+    assert speakers_of(s, close, close) == ["A"]
+    assert speakers_of(s, B, B) == ["B"] and len(s.voices) == 2
+
+
+def test_two_letters_that_turn_out_one_voice_merge_and_the_longer_keeps_its_name() -> None:
+    s = Speakers()
+    for _ in range(3):
+        speakers_of(s, A, A)  # A: 9 s of speech
+    s.voices[0].total = s.voices[0].total * 0  # (a made-up second centroid for one voice:
+    s.voices[0].seconds = 0.0  # its speech not counted, so it merges with nothing)
+    speakers_of(s, A, A)
+    assert [v.name for v in s.voices] == ["A", "B"]
+    s.voices[0].total, s.voices[0].seconds = np.asarray(near(A)) * 9.0, 9.0
+    assert speakers_of(s, A, A) == ["A"]  # merged: B (3 s) is A's from now on
+    assert [v.name for v in s.voices] == ["A"] and s.aliases == {"B": "A"}
+    assert s.centroid("B") is not None and speakers_of(s, C, C) == ["C"]
+
+
+def test_a_change_in_the_first_utterance_is_split_though_no_voice_is_known_yet() -> None:
+    """Issue 58 §2.4: two voices fairly far apart (between SPLIT_ALONE and SPLIT_BELOW)
+    joined with no pause in a stream's first utterance: one part each, not one mixed
+    voice."""
+    other = between(A, C, 1.5)
+    assert SPLIT_ALONE < float(other @ A) < MERGE_AT
+    s = Speakers()
+    assert speakers_of(s, A, A, other, other) == ["A", "B"]
+    assert speakers_of(s, other, other) == ["B"] and speakers_of(s, A, A) == ["A"]
+
+
+def test_a_known_speaker_heard_before_its_fingerprint_came_is_one_voice() -> None:
+    """Issue 58 §2.2: a final labelled before the known speakers' fingerprints came got a
+    letter; when they come, that letter's voice joins the known speaker, so its voice has
+    one centroid and every later final gets the name."""
+    s = Speakers()
+    assert speakers_of(s, A, A) == ["A"]
+    s.know("Maria", near(A, 0.5), 5.0)
+    assert [v.name for v in s.voices] == ["Maria"] and s.last == "Maria"
+    assert all(speakers_of(s, A, A) == ["Maria"] for _ in range(5))
+    assert speakers_of(s, B, B) == ["B"]

@@ -6,9 +6,17 @@ asyncio. An utterance comes as the fingerprints of its consecutive windows
 each part: a known speaker's name, or a letter (A, B, ... in order of first appearance,
 stable for the stream). Each labelled part moves its speaker's centroid.
 
-Thresholds were tuned on the repo's voices (tests/data/speech: meeting.wav's three speakers
-and their reference clips; docs/BENCHMARKS.md): whole utterances of one speaker meet at
-cosine >= 0.77, of two speakers at <= 0.63; 1.5 s windows spread wider (0.54 / 0.73).
+After each utterance (and each known speaker), two voices that are one person are merged
+(`_merge`): the average cosine between their windows' fingerprints (each weighted by its
+seconds) at or above MERGE_AT. The voice with more speech keeps its letter (a known speaker
+always keeps its name); the other letter is never given again, and its name stays an alias.
+So a voice split in two by an early, noisy decision is one again from the next final on.
+
+Thresholds were tuned on the espeak voices (tests/data/speech: meeting.wav's three speakers)
+and on human read speech (tests/data/human, FLEURS: 5 people; docs/BENCHMARKS.md): turns of
+one speaker meet at an average window cosine of >= 0.61, of two speakers at <= 0.55; a
+single 1-3 s window lies 0.60-0.95 from its own speaker's centroid and up to 0.69 from
+another's, so a short utterance alone never starts a new speaker.
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ from ..text import letter
 
 WINDOW_S = 1.5  # an utterance is cut into equal windows of 1.5-3 s, each fingerprinted
 MIN_VOICE_S = 0.3  # shorter: no fingerprint (the final keeps the previous speaker)
-NEW_SPEAKER_S = 1.0  # a new speaker needs this much speech; shorter goes to the nearest
+NEW_SPEAKER_S = 2.0  # a new speaker needs this much speech; shorter goes to the nearest
 SAME_SPEAKER = 0.75  # cosine to a centroid at or above which it is that speaker
 SPLIT_BELOW = 0.7  # two parts this far apart, each another speaker's: the speaker changed
 SPLIT_ALONE = 0.45  # two parts this far apart are two speakers even with no centroid yet
+MERGE_AT = 0.6  # two voices whose windows meet at this average cosine are one speaker
 MIN_PART = 2  # windows on each side of a change (3 s at least)
 
 
@@ -51,6 +60,7 @@ class Voice:
     name: str
     total: np.ndarray  # the sum of its parts' fingerprints, each weighted by seconds
     known: bool = False
+    seconds: float = 0.0  # of speech (or of the reference clip) in `total`
 
     @property
     def centroid(self) -> np.ndarray:
@@ -72,11 +82,16 @@ class Speakers:
 
     voices: list[Voice] = field(default_factory=list)
     last: str | None = None  # who spoke last
+    lettered: int = 0  # letters given so far (a merged-away letter is never given again)
+    aliases: dict[str, str] = field(default_factory=dict)  # merged-away letter -> its voice
+    said: set[str] = field(default_factory=set)  # the names `label` has returned
 
     def know(self, name: str, fingerprint: np.ndarray, seconds: float) -> None:
-        """A known speaker, from the fingerprint of a reference clip of `seconds`."""
+        """A known speaker, from the fingerprint of a reference clip of `seconds`; a lettered
+        voice that is this speaker (heard before the clip's fingerprint came) joins it."""
         vector = unit(np.asarray(fingerprint, np.float32)) * np.float32(seconds)
-        self.voices.append(Voice(name, vector, known=True))
+        self.voices.append(Voice(name, vector, known=True, seconds=seconds))
+        self._merge()
 
     def label(
         self, bounds: list[tuple[int, int]], fingerprints: np.ndarray, samples: int
@@ -100,11 +115,46 @@ class Speakers:
                 parts.append(Part(start, samples, who))
             if len(parts) > 1:
                 parts[-2] = Part(parts[-2].start, parts[-1].start, parts[-2].speaker)
+        moved = self._merge()
+        parts = [Part(p.start, p.end, moved.get(p.speaker, p.speaker)) for p in parts]
+        self.said.update(p.speaker for p in parts)
         return parts
 
     def centroid(self, name: str) -> np.ndarray | None:
+        name = self.aliases.get(name, name)
         voice = next((v for v in self.voices if v.name == name), None)
         return None if voice is None else voice.centroid
+
+    def _merge(self) -> dict[str, str]:
+        """Merge every two voices that are one speaker (see the module's doc), the closest
+        pair first; which name each merged-away one now goes by."""
+        moved: dict[str, str] = {}
+        while True:
+            best, pair = MERGE_AT, None
+            for i, j in itertools.combinations(range(len(self.voices)), 2):
+                a, b = self.voices[i], self.voices[j]
+                if (a.known and b.known) or not (a.seconds and b.seconds):
+                    continue
+                score = float(a.total @ b.total) / (a.seconds * b.seconds)
+                if score >= best:
+                    best, pair = score, (a, b)
+            if pair is None:
+                return moved
+            a, b = pair
+            keep, gone = (b, a) if b.known or (not a.known and b.seconds > a.seconds) else pair
+            keep.total, keep.seconds = keep.total + gone.total, keep.seconds + gone.seconds
+            self.voices.remove(gone)
+            moved[gone.name] = keep.name
+            if gone.name not in self.said and gone.name == letter(self.lettered - 1):
+                self.lettered -= 1  # (a letter never said is given again)
+            else:
+                self.aliases[gone.name] = keep.name
+            for names in (self.aliases, moved):
+                for old, new in names.items():
+                    if new == gone.name:
+                        names[old] = keep.name
+            if self.last == gone.name:
+                self.last = keep.name
 
     def _changes(self, vectors: np.ndarray, lo: int, hi: int) -> list[int]:
         """The windows in [lo, hi) where another speaker starts: the cut whose two sides are
@@ -119,9 +169,10 @@ class Speakers:
                 best, cut = score, k
         if best >= SPLIT_BELOW:
             return []
-        if best >= SPLIT_ALONE:
+        if best >= SPLIT_ALONE:  # a change unless both sides are nearest one voice (issue 58)
             left, right = vectors[lo:cut].sum(0), vectors[cut:hi].sum(0)
-            if self._nearest(left) == self._nearest(right):
+            nearest = self._nearest(left)
+            if nearest is not None and nearest == self._nearest(right):
                 return []
         return [*self._changes(vectors, lo, cut), cut, *self._changes(vectors, cut, hi)]
 
@@ -141,10 +192,10 @@ class Speakers:
             scores = [float(unit(vector) @ v.centroid) for v in self.voices]
             index = int(np.argmax(scores))
         if index is None:
-            unknown = sum(1 for v in self.voices if not v.known)
-            self.voices.append(Voice(letter(unknown), np.zeros_like(vector)))
+            self.voices.append(Voice(letter(self.lettered), np.zeros_like(vector)))
+            self.lettered += 1
             index = len(self.voices) - 1
         voice = self.voices[index]
-        voice.total = voice.total + vector
+        voice.total, voice.seconds = voice.total + vector, voice.seconds + seconds
         self.last = voice.name
         return voice.name
