@@ -80,7 +80,20 @@ async def transcripts(asr: Any, call: str, track: str, out: asyncio.Queue[Any]) 
 
 def allowed(start: dict[str, Any]) -> bool:
     token = str(start.get("customParameters", {}).get("token", ""))
-    return not BRIDGE_TOKEN or hmac.compare_digest(token, BRIDGE_TOKEN)
+    # (as bytes: compare_digest refuses a str that is not ASCII)
+    return not BRIDGE_TOKEN or hmac.compare_digest(token.encode(), BRIDGE_TOKEN.encode())
+
+
+async def open_stream(call: str, track: str, out: asyncio.Queue[Any]) -> Any:
+    """One track's /v1/listen stream; None, with its error and `done` lines, when it cannot
+    be opened (429: the server is full, 401, down): the other track goes on."""
+    headers = {"Authorization": f"Token {API_KEY}"} if API_KEY else {}
+    try:
+        return await websockets.connect(f"{ASR_URL}/v1/listen?{QUERY}", additional_headers=headers)
+    except (OSError, websockets.InvalidHandshake, TimeoutError) as e:
+        out.put_nowait({"call": call, "track": track, "error": f"stream not opened: {e}"})
+        out.put_nowait({"call": call, "track": track, "done": True})
+        return None
 
 
 @app.websocket("/twilio")
@@ -90,20 +103,20 @@ async def twilio(ws: WebSocket) -> None:
     readers: list[asyncio.Task[None]] = []
     lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     delivering = asyncio.create_task(deliver(lines))
-    headers = {"Authorization": f"Token {API_KEY}"} if API_KEY else {}
+    started = False
     try:
         while True:
             msg = json.loads(await ws.receive_text())
-            if msg["event"] == "start" and not streams:
+            if msg["event"] == "start" and not started:
+                started = True
                 if not allowed(msg["start"]):
                     await ws.close(1008, "bad token")
                     break
                 call = msg["start"]["callSid"]
                 for track in msg["start"].get("tracks", ["inbound"]):
-                    url = f"{ASR_URL}/v1/listen?{QUERY}"
-                    asr = await websockets.connect(url, additional_headers=headers)
-                    streams[track] = asr
-                    readers.append(asyncio.create_task(transcripts(asr, call, track, lines)))
+                    if (asr := await open_stream(call, track, lines)) is not None:
+                        streams[track] = asr
+                        readers.append(asyncio.create_task(transcripts(asr, call, track, lines)))
             elif msg["event"] == "media":
                 media = msg["media"]
                 to = streams.get(media.get("track", "inbound"))
@@ -121,5 +134,7 @@ async def twilio(ws: WebSocket) -> None:
         await asyncio.gather(*readers, return_exceptions=True)
         for asr in streams.values():
             await asr.close()
+        with contextlib.suppress(Exception):  # (Twilio sees a close, not a dropped socket)
+            await ws.close()
         lines.put_nowait(None)
         await delivering

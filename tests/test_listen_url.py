@@ -503,8 +503,10 @@ def test_a_url_is_admitted_before_a_byte_is_fetched(
     finally:
         for admission in held:
             admission.release()
-    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+    # Deepgram's overload: 429 TOO_MANY_REQUESTS (was 503 INTERNAL_SERVER_ERROR: issue 58 §4)
+    assert answer.status_code == 429 and answer.headers["retry-after"] == "1", answer.text
     assert set(answer.json()) == {"err_code", "err_msg", "request_id"}
+    assert answer.json()["err_code"] == "TOO_MANY_REQUESTS"
     assert audio.asked == []
 
 
@@ -524,7 +526,7 @@ def test_a_client_that_leaves_stops_its_fetch(
 def test_fetches_beyond_the_cap_are_refused_until_one_ends(
     fetching: LiveServer, audio: AudioServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At most MAX_FETCHES URLs are fetched at once; one more is a 503 to retry (as a full
+    """At most MAX_FETCHES URLs are fetched at once; one more is a 429 to retry (as a full
     queue is), asked of nobody; once they end, fetching goes on."""
     monkeypatch.setattr(fetch, "public_addresses", told_public("audio.test"))
     hold = f"http://audio.test:{audio.port}/hold"
@@ -536,7 +538,8 @@ def test_fetches_beyond_the_cap_are_refused_until_one_ends(
             deadline -= 0.05
         assert len(audio.asked) == fetch.MAX_FETCHES
         answer = post_url(fetching, f"http://audio.test:{audio.port}/speech/three_sentences.wav")
-        assert answer.status_code == 503 and "fetched at once" in answer.json()["err_msg"]
+        assert answer.status_code == 429 and "fetched at once" in answer.json()["err_msg"]
+        assert answer.json()["err_code"] == "TOO_MANY_REQUESTS" and answer.headers["retry-after"]
         assert len(audio.asked) == fetch.MAX_FETCHES
         audio.release.set()
         assert all(future.result().status_code == 502 for future in held)

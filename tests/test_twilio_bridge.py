@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -87,9 +88,15 @@ def drain(stream: Any, into: queue.Queue[str]) -> None:
 
 @pytest.fixture
 def bridge(server: LiveServer, webhook: ThreadingHTTPServer) -> Iterator[Bridge]:
+    with running_bridge(server, f"http://127.0.0.1:{webhook.server_port}") as out:
+        yield out
+
+
+@contextmanager
+def running_bridge(server: LiveServer, webhook: str = "") -> Iterator[Bridge]:
     port = free_port()
     env = {**os.environ, "ASR_URL": server.url.replace("http://", "ws://"), "API_KEY": KEY}
-    env |= {"BRIDGE_TOKEN": TOKEN, "TRANSCRIPT_WEBHOOK": f"http://127.0.0.1:{webhook.server_port}"}
+    env |= {"BRIDGE_TOKEN": TOKEN, "TRANSCRIPT_WEBHOOK": webhook}
     cmd = [sys.executable, "-m", "uvicorn", "twilio_bridge:app", "--app-dir", str(EXAMPLES)]
     proc = subprocess.Popen(
         [*cmd, "--port", str(port), "--log-level", "warning"],
@@ -167,10 +174,11 @@ def test_a_two_sided_call_through_twilio_messages_is_transcribed_per_track(
     assert "webhook" in bridge.errors.get(timeout=10)  # its failure was logged, nothing stopped
 
 
+@pytest.mark.parametrize("token", ["guess", "gü€ss"])  # (not ASCII: a TypeError, issue 58 §6.6)
 def test_a_start_without_the_bridge_token_opens_no_stream(
-    bridge: Bridge, server: LiveServer
+    bridge: Bridge, server: LiveServer, token: str
 ) -> None:
-    start = {"callSid": "CA9", "tracks": ["inbound"], "customParameters": {"token": "guess"}}
+    start = {"callSid": "CA9", "tracks": ["inbound"], "customParameters": {"token": token}}
     with connect(bridge.url) as ws:
         ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "start": start}))
         with pytest.raises(ConnectionClosed) as closed:
@@ -178,3 +186,37 @@ def test_a_start_without_the_bridge_token_opens_no_stream(
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     assert server.get("/health").json()["streaming_sessions"] == 0
     assert bridge.lines.empty()
+
+
+def test_a_track_whose_stream_is_refused_does_not_lose_the_call() -> None:
+    """The server takes one stream (WS_MAX_SESSIONS=1): the second track's is refused (429),
+    which the bridge reports as that track's error and done lines; the first track is
+    transcribed; after `stop` the bridge closes Twilio's socket (1000, not a drop) (issue 58
+    §6.5, §6.6)."""
+    speech = soxr.resample(call_tracks()[0][0], 16000, 8000).astype(np.float32)
+    ulaw = g711.encode(speech, "mulaw")
+    start = {
+        "callSid": "CA7",
+        "tracks": ["inbound", "outbound"],
+        "customParameters": {"token": TOKEN},
+    }
+    settings = whisper_settings(api_key=KEY, ws_max_sessions=1)
+    with live_server(create_app(settings)) as srv, running_bridge(srv) as bridge:
+        with connect(bridge.url) as ws:
+            ws.send(json.dumps({"event": "start", "sequenceNumber": "1", "start": start}))
+            for n, at in enumerate(range(0, len(ulaw), CHUNK)):
+                ws.send(twilio_media("inbound", ulaw[at : at + CHUNK], n))
+                ws.send(twilio_media("outbound", ulaw[at : at + CHUNK], n))
+            ws.send(json.dumps({"event": "stop", "sequenceNumber": "9999", "stop": {}}))
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+        got: list[dict[str, Any]] = []
+        while sum(1 for line in got if line.get("done")) < 2:
+            got.append(json.loads(bridge.lines.get(timeout=60)))
+    errors = [line for line in got if "error" in line]
+    assert [e["track"] for e in errors] == ["outbound"] and "429" in errors[0]["error"], errors
+    text = " ".join(
+        str(line["text"]) for line in got if line["track"] == "inbound" and "text" in line
+    )
+    assert wer([reference(AGENT)], [text]) <= 0.35, text

@@ -50,7 +50,7 @@ from ..live.speakers import check_available
 from . import messages as m
 from .containers import Undecodable, WavFormat, compressed, is_wav, wav_header
 from .query import RATES, ListenQuery, QueryError, in_range, listen_tokens, parse_query
-from .refusals import INVALID_AUTH, LISTEN_PATH, error_body
+from .refusals import INVALID_AUTH, LISTEN_PATH, TOO_MANY_REQUESTS, error_body
 from .response import created_now
 from .wire import LIMIT, Wire, configure_failure, error
 
@@ -138,7 +138,7 @@ async def listen(websocket: WebSocket) -> None:
     stream = Stream(ctx, query, wire, outbox, ingest, (session, lanes))
     refused = await register(ctx, session, outbox, route_of(websocket), stream.shutdown)
     if refused:
-        await refuse(websocket, 429, "TOO_MANY_REQUESTS", refused)
+        await refuse(websocket, 429, TOO_MANY_REQUESTS, refused)
         return
     try:  # a client gone before the handshake ends gives its seat back
         await websocket.accept(

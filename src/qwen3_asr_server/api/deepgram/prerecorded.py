@@ -37,7 +37,7 @@ from . import messages as m
 from .containers import compressed, is_wav, wav_for_raw
 from .fetch import UrlFetcher
 from .query import FileQuery, QueryError, parse_file_query
-from .refusals import LISTEN_PATH, error_body
+from .refusals import LISTEN_PATH, TOO_MANY_REQUESTS, error_body
 from .response import created_now, file_body
 from .wire import model_identity
 
@@ -45,6 +45,8 @@ router = APIRouter()
 SPOOL_BYTES = 1 << 20  # kept in memory up to this, then on disk (as multipart uploads)
 BATCH_BYTES = 1 << 20  # written and hashed off the event loop this much at a time
 MAX_JSON_BYTES = 16384  # a JSON body: {"url": ...}
+# full: MAX_QUEUE, the fetch slots, the decoded-audio budget (503 on our other routes)
+OVERLOAD = frozenset({"queue_full", "fetches_full", "audio_budget_full"})
 
 
 def deepgram_error(
@@ -204,6 +206,8 @@ async def listen_file(request: Request) -> JSONResponse:
     except QueryError as exc:
         return deepgram_error(400, str(exc))
     except ServiceError as exc:
+        if exc.code in OVERLOAD:  # Deepgram's answer to too much at once: 429, to retry
+            return deepgram_error(429, exc.message, exc.retry_after, TOO_MANY_REQUESTS)
         status = http_status(exc)
         code = "REMOTE_CONTENT_ERROR" if status >= 500 and exc.param == "url" else None
         return deepgram_error(status, exc.message, exc.retry_after, code)

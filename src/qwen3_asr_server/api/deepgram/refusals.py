@@ -12,11 +12,12 @@ from . import messages as m
 
 LISTEN_PATH = "/v1/listen"  # Deepgram's route, pre-recorded (POST) and live (WebSocket)
 INVALID_AUTH = "INVALID_AUTH"
+TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"  # Deepgram's overload (429, to retry)
 ERR_CODES = {
     400: "Bad Request",
     401: INVALID_AUTH,
     413: "PAYLOAD_TOO_LARGE",
-    429: "TOO_MANY_REQUESTS",
+    429: TOO_MANY_REQUESTS,
 }
 
 
