@@ -323,3 +323,19 @@ def test_a_hung_fingerprint_child_shows_in_health_and_does_not_hold_shutdown() -
             os.kill(ready["pid"], signal.SIGCONT)
             raise
     assert time.monotonic() - stopping < 20  # shutdown killed it (it waited 50 s)
+
+
+def test_the_first_final_waits_for_the_child_its_stream_started() -> None:
+    """Issue 58 §1/§3: the first final of a stream lost its speaker while the fingerprint
+    child was cold (started when the stream connected; seconds to import torch and load
+    the model), even on a server that then labelled every final. It now waits for that
+    start, within a bound; a restart after a death still holds no final (the kill test)."""
+    app = create_app(whisper_settings(ws_speaker_wait_s=0.3))
+    with live_server(app) as srv, open_ws(srv.url, language="en", diarize="true") as ws:
+        json.loads(ws.recv(timeout=30))
+        collector = Collector(ws)
+        assert live_speakers(srv)["state"] in ("starting", "ready")
+        stream(ws, np.concatenate([clip("meeting:0"), GAP]), speed=20.0)  # before it is up
+        got = lambda c: spoken([m for _, m in c.messages])  # noqa: E731
+        assert collector.wait_for(got, timeout=90)
+        assert got(collector)[0]["speaker"] == "A", got(collector)

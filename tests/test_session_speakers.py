@@ -34,6 +34,9 @@ class Voices:
         await self.gate.wait()
         return np.stack([VOICE_A if float(np.mean(c)) > 0 else VOICE_B for c in clips])
 
+    async def ready(self) -> None:
+        return None
+
     def missed(self, reason: str) -> None:
         self.missing.append(reason)
 

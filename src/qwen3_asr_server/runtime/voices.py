@@ -78,6 +78,7 @@ class Voices:
         self._state = "stopped"
         self._reason: str | None = None  # why embed() fails now
         self._start_task: asyncio.Task[None] | None = None
+        self._cold = False  # the start in progress is a first one (not a restart after a death)
         self._restart_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
@@ -211,9 +212,19 @@ class Voices:
         assert self._executor is not None, "start() first"
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def _begin_start(self) -> None:
+    async def ready(self) -> None:
+        """Return once a cold start (the first, or the first after an idle stop) is over, at
+        once otherwise: a stream's first final waits for the child that its stream started
+        (bounded by its caller), while a restart after a death never holds a final."""
+        task = self._start_task
+        if task is not None and self._cold:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    def _begin_start(self, cold: bool = True) -> None:
         if self._start_task is not None or self._executor is None:
             return
+        self._cold = cold
         if not installed():
             self._state, self._reason = (
                 "stopped",
@@ -269,7 +280,7 @@ class Voices:
             self._restart_task = None
         if self._state == "exited":
             self._state = "stopped"
-            self._begin_start()
+            self._begin_start(cold=False)
 
     def _check(self) -> None:
         """A ready child that died while nothing was sent to it (never blocks)."""

@@ -12,6 +12,7 @@ the first final that needs them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Sequence
@@ -28,12 +29,17 @@ from .voices import Part, Speakers, unit, windows
 # within 1.5 s of it are fingerprinted, then it is cut at the quietest point this close
 FINE_WINDOW_S, FINE_HOP_S, FINE_SPAN_S = 1.0, 0.25, 1.5
 CUT_SEARCH_S = 0.3
+COLD_START_WAIT_S = 30.0  # a final waits this long at most for a cold fingerprint child
 
 
 class VoiceSource(Protocol):
     """The shared fingerprint service (runtime.voices.Voices)."""
 
     async def embed(self, clips: list[np.ndarray]) -> np.ndarray: ...
+
+    async def ready(self) -> None:
+        """Returns when a cold start of the service is over (at once when none is)."""
+        ...
 
     def missed(self, reason: str) -> None: ...
 
@@ -113,8 +119,12 @@ class SpeakerLabels:
         """Who speaks the final of `samples` (in order of the finals), waiting at most
         `wait_s` for its fingerprints; None (and the reason told) when they are late or
         failed. An empty list: too short to say, and nobody spoke before."""
-        deadline = time.monotonic() + self.wait_s
         try:
+            # a cold child (started when the stream opened) is waited for, within a bound:
+            # the first finals of a stream must not lose their speakers to its start
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._source.ready(), COLD_START_WAIT_S)
+            deadline = time.monotonic() + self.wait_s
             while (known := self._known_task()) is not None:
                 try:
                     vectors = await asyncio.wait_for(asyncio.shield(known), self.wait_s)
