@@ -21,6 +21,10 @@ from .deepgram.refusals import error_body as deepgram_body
 from .deps import check_api_key
 from .error_table import error_body, http_status, openai_body
 
+# Routes whose body is a small JSON document, not an upload: their own, smaller limit (a
+# session config with every field at its limit is a few KB; issue 58 §7.1).
+JSON_BODY_LIMITS = {"/v1/realtime/client_secrets": 1 << 20}
+
 HEADER = b"x-request-id"
 MODEL_HEADER = b"x-model-id"  # on every answer of /v1/audio/*: the model that answered
 RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
@@ -203,10 +207,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = REQUEST_ID.get()
-        deepgram = get_route_path(scope) == LISTEN_PATH
+        path = get_route_path(scope)
+        deepgram = path == LISTEN_PATH
+        limit = JSON_BODY_LIMITS.get(path, self.max_bytes)
+        refusal = self._body(deepgram) if limit == self.max_bytes else _json_body(limit)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            for message in _error_response(413, self._body(deepgram), request_id):
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            for message in _error_response(413, refusal, request_id):
                 await send(message)
             return
         seen = 0
@@ -217,7 +224,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > limit:
                     exceeded = True
                     return {"type": "http.disconnect"}
             return message
@@ -230,7 +237,7 @@ class BodyLimitMiddleware:
                 await send(message)
             elif not sent_error:  # replace whatever the app answered to the cut-off body
                 sent_error = True
-                for replacement in _error_response(413, self._body(deepgram), request_id):
+                for replacement in _error_response(413, refusal, request_id):
                     await send(replacement)
 
         try:
@@ -239,7 +246,7 @@ class BodyLimitMiddleware:
             if not exceeded:
                 raise
         if exceeded and not sent_error:
-            for message in _error_response(413, self._body(deepgram), request_id):
+            for message in _error_response(413, refusal, request_id):
                 await send(message)
 
     def _body(self, deepgram: bool) -> dict[str, Any]:
@@ -252,3 +259,12 @@ class BodyLimitMiddleware:
             "file",
             "too_large",
         )
+
+
+def _json_body(limit: int) -> dict[str, Any]:
+    return error_body(
+        f"The request body is larger than {limit // 1024} KiB (a JSON document, not an upload).",
+        "invalid_request_error",
+        None,
+        "too_large",
+    )

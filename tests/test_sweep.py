@@ -1,0 +1,102 @@
+"""Issue 58 §7, a security and robustness sweep of every route: each finding reproduced on a
+real server (uvicorn on a loopback port), the way a client would hit it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+from helpers import whisper_settings
+from qwen3_asr_server.app import create_app
+from server import LiveServer, live_server
+
+KEY = "sweep-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings(api_key=KEY))) as srv:
+        yield srv
+
+
+class HealthProbe:
+    """Polls /health in a thread while a test runs; the slowest answer it saw."""
+
+    def __init__(self, srv: LiveServer) -> None:
+        self.srv = srv
+        self.worst = 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=120) as http:
+            while not self.done.is_set():
+                start = time.monotonic()
+                assert http.get(self.srv.url + "/health").status_code == 200
+                self.worst = max(self.worst, time.monotonic() - start)
+                self.done.wait(0.05)
+
+    def __enter__(self) -> HealthProbe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(120)
+
+
+# --- 7.1: many keywords in one message ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_huge_keyword_list_is_refused_quickly_and_health_stays_responsive(
+    server: LiveServer,
+) -> None:
+    """100,000 keywords in one session.update (under the 1 MiB frame limit) once froze every
+    route for 85 s: the duplicate check was quadratic and ran before the 100-keyword limit."""
+    words = [f"k{i}" for i in range(100_000)]
+    update = {
+        "type": "session.update",
+        "session": {
+            "type": "transcription",
+            "audio": {"input": {"transcription": {"keywords": words}}},
+        },
+    }
+    url = server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    with HealthProbe(server) as probe:
+        with ws_connect(url, additional_headers=AUTH, max_size=None) as ws:
+            assert json.loads(ws.recv(timeout=60))["type"] == "session.created"
+            start = time.monotonic()
+            ws.send(json.dumps(update))
+            event = json.loads(ws.recv(timeout=120))
+            took = time.monotonic() - start
+        # the same list on the REST route that mints browser secrets
+        body = {"session": {"audio": {"input": {"transcription": {"keywords": words}}}}}
+        minted = httpx.post(
+            server.url + "/v1/realtime/client_secrets", json=body, headers=AUTH, timeout=120
+        )
+    assert event["type"] == "error" and event["error"]["param"].endswith("keywords"), event
+    assert minted.status_code == 400 and "keywords" in minted.json()["error"]["param"]
+    # quadratic: ~85 s on a fast CPU; linear: well under a second. Generous bounds for a
+    # busy machine.
+    assert took < 10, took
+    assert probe.worst < 10, probe.worst
+
+
+@pytest.mark.slow
+def test_a_client_secrets_body_is_bounded_before_it_is_read(server: LiveServer) -> None:
+    """The session config is small; a body of many MB is refused with 413, not parsed."""
+    big = {"session": {"audio": {"input": {"transcription": {"prompt": "x" * (3 << 20)}}}}}
+    response = httpx.post(
+        server.url + "/v1/realtime/client_secrets", json=big, headers=AUTH, timeout=60
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["error"]["code"] == "too_large"
+    assert "MAX_UPLOAD_MB" not in response.json()["error"]["message"]
