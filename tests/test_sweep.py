@@ -100,3 +100,30 @@ def test_a_client_secrets_body_is_bounded_before_it_is_read(server: LiveServer) 
     assert response.status_code == 413, response.text
     assert response.json()["error"]["code"] == "too_large"
     assert "MAX_UPLOAD_MB" not in response.json()["error"]["message"]
+
+
+# --- 7.5: WS_MAX_FRAME_BYTES counts bytes ------------------------------------------------
+
+FRAME = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_frames() -> Iterator[LiveServer]:
+    with live_server(create_app(whisper_settings(ws_max_frame_bytes=FRAME))) as srv:
+        yield srv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["/ws/transcribe", "/v1/realtime", "/v1/listen"])
+def test_the_frame_limit_counts_a_text_messages_bytes(small_frames: LiveServer, route: str) -> None:
+    """30,000 CJK characters: under the limit in characters, 90,000 bytes of UTF-8."""
+    text = json.dumps({"type": "session.update", "note": "中" * 30_000}, ensure_ascii=False)
+    assert len(text) < FRAME < len(text.encode())
+    url = small_frames.url.replace("http://", "ws://") + route
+    query = {"/v1/realtime": "?intent=transcription", "/v1/listen": "?encoding=linear16"}
+    with ws_connect(url + query.get(route, ""), max_size=None) as ws:
+        if route != "/v1/listen":
+            ws.recv(timeout=60)  # connected / session.created
+        ws.send(text)
+        answer = ws.recv(timeout=60)
+    assert "WS_MAX_FRAME_BYTES" in str(answer), answer
