@@ -13,6 +13,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from helpers import whisper_settings
+from proc import ServerProcess
 from qwen3_asr_server.app import create_app
 from server import LiveServer, live_server
 
@@ -127,3 +128,36 @@ def test_the_frame_limit_counts_a_text_messages_bytes(small_frames: LiveServer, 
         ws.send(text)
         answer = ws.recv(timeout=60)
     assert "WS_MAX_FRAME_BYTES" in str(answer), answer
+
+
+# --- 7.4: a full temp disk ---------------------------------------------------------------
+
+
+def _small_files() -> None:
+    """In the server process: files of at most 4 MB (writing past it fails as a full disk
+    does; Python ignores SIGXFSZ, so the write raises instead)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
+
+
+@pytest.mark.slow
+def test_a_full_temp_disk_is_a_507_that_says_so_logged_once() -> None:
+    proc = ServerProcess(
+        {"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "INFO", "LOG_JSON": "false"},
+        preexec_fn=_small_files,
+    )
+    try:
+        proc.wait_healthy(120)
+        response = httpx.post(
+            proc.url + "/v1/audio/transcriptions",
+            files={"file": ("a.wav", b"\0" * (8 << 20))},
+            data={"model": "whisper-1"},
+            timeout=120,
+        )
+    finally:
+        output = proc.output()
+    assert response.status_code == 507, response.text  # was 400 "error parsing the body"
+    error = response.json()["error"]
+    assert error["code"] == "insufficient_storage" and "disk is full" in error["message"]
+    assert output.count("could not be spooled to the temp disk") == 1, output
