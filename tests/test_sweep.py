@@ -4,6 +4,7 @@ real server (uvicorn on a loopback port), the way a client would hit it."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -161,3 +162,53 @@ def test_a_full_temp_disk_is_a_507_that_says_so_logged_once() -> None:
     error = response.json()["error"]
     assert error["code"] == "insufficient_storage" and "disk is full" in error["message"]
     assert output.count("could not be spooled to the temp disk") == 1, output
+
+
+# --- 7.8: slow clients -------------------------------------------------------------------
+
+
+def _closed_within(sock: socket.socket, seconds: float, trickle: bool) -> bool:
+    """Whether the server closes `sock` within `seconds` while the client sends a header
+    line now and then (a slowloris) or nothing."""
+    deadline = time.monotonic() + seconds
+    sock.settimeout(1.0)
+    while time.monotonic() < deadline:
+        try:
+            if trickle:
+                sock.sendall(b"X-Slow: 1\r\n")
+            if sock.recv(4096) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:  # reset
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_request_head_that_trickles_in_or_is_huge_is_dropped() -> None:
+    """400 slowloris connections were all held for 40 s (uvicorn bounds only the idle time
+    between requests, and any byte resets it)."""
+    proc = ServerProcess({"MODEL_ID": "whisper-tiny.en", "LOG_LEVEL": "WARNING"})
+    try:
+        proc.wait_healthy(120)
+        slow = [socket.create_connection(("127.0.0.1", proc.port)) for _ in range(20)]
+        for sock in slow:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        big = socket.create_connection(("127.0.0.1", proc.port))
+        big.sendall(b"GET /health HTTP/1.1\r\n")
+        try:
+            for _ in range(200):  # 200 KB of head, at once
+                big.sendall(b"X-Big: " + b"a" * 1000 + b"\r\n")
+        except OSError:  # closed (then reset) past 64 KiB of head
+            pass
+        assert _closed_within(big, 5, trickle=False)  # well before the head timeout
+        assert all(_closed_within(sock, 60, trickle=True) for sock in slow)
+        assert httpx.get(proc.url + "/health", timeout=30).status_code == 200
+        # a slow request that is being served is not cut: only its head is timed
+        with httpx.Client(timeout=60) as http:
+            assert http.get(proc.url + "/health").status_code == 200
+    finally:
+        for sock in [*slow, big]:
+            sock.close()
+        proc.output()
