@@ -110,3 +110,12 @@ def test_no_key_in_any_log_line_of_the_real_server() -> None:
     assert "Authorization: Bearer ***" in output or "authorization: Bearer ***" in output
     leaked = [line for line in output.splitlines() if KEY in line or WRONG in line]
     assert not leaked, leaked
+
+
+def test_a_long_message_is_bounded(lines: list[str]) -> None:
+    """User input echoed into a line (a path, a language value) cannot make it unbounded
+    (issue 58 §7.9)."""
+    logger.warning("unsupported language {!r}", "x" * 100_000)
+    logging.getLogger("uvicorn.access").info('"GET /v1/listen?language=%s"', "y" * 100_000)
+    assert len(lines) == 2 and all(len(line) < 2100 for line in lines), [len(x) for x in lines]
+    assert "more characters)" in lines[0]

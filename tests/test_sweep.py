@@ -212,3 +212,31 @@ def test_a_request_head_that_trickles_in_or_is_huge_is_dropped() -> None:
         for sock in [*slow, big]:
             sock.close()
         proc.output()
+
+
+# --- 7.9: smaller ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_request_id_that_is_not_printable_ascii_is_replaced(server: LiveServer) -> None:
+    """A non-ASCII or control-character id came back with other bytes and went into text
+    logs as-is (a forged line); such an id is replaced by a fresh one."""
+    kept = httpx.get(server.url + "/health", headers={"X-Request-ID": "abc-123"})
+    assert kept.headers["x-request-id"] == "abc-123"
+    for bad in ["caf\u00e9".encode("latin-1"), b"a\tb", b"x" * 129]:
+        response = httpx.get(server.url + "/health", headers={"X-Request-ID": bad})
+        fresh = response.headers["x-request-id"]
+        assert fresh != bad.decode("latin-1") and len(fresh) == 32 and fresh.isalnum(), fresh
+
+
+@pytest.mark.slow
+def test_invalid_json_on_client_secrets_says_so(server: LiveServer) -> None:
+    response = httpx.post(
+        server.url + "/v1/realtime/client_secrets",
+        content=b'{"session": ',
+        headers={**AUTH, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]  # was "1: JSON decode error", param "1"
+    assert error["param"] is None and error["code"] == "invalid_json", error
+    assert "not valid JSON" in error["message"], error

@@ -29,6 +29,7 @@ SECRETS = re.compile(
     r"|openai-insecure-api-key\.|sec-websocket-protocol:\s*token,\s*)[^\s&,;\"'<>]+"
 )
 KEY_PARAMS = {"api_key", "api-key"}
+MAX_LINE_CHARS = 2000  # a log message's length (its traceback, if any, is not counted)
 
 
 def _hide(match: re.Match[str]) -> str:
@@ -68,7 +69,10 @@ def redact(text: str) -> str:
 
 def _patch(record: Any) -> None:
     record["extra"].setdefault("request_id", REQUEST_ID.get())
-    record["message"] = redact(record["message"])
+    message = redact(record["message"])
+    if len(message) > MAX_LINE_CHARS:  # user input echoed (a path, a language) is bounded
+        message = f"{message[:MAX_LINE_CHARS]}... ({len(message) - MAX_LINE_CHARS} more characters)"
+    record["message"] = message
 
 
 def setup_logging(level: str = "INFO", json: bool = False) -> None:

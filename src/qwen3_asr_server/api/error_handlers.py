@@ -39,6 +39,10 @@ MISSING_FIELD_422_ROUTES = frozenset({"/v1/audio/subtitles"})
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
+    if first.get("type") == "json_invalid":  # its loc is a character offset, not a field
+        why = str((first.get("ctx") or {}).get("error", ""))[:100]
+        message = f"The request body is not valid JSON ({why}, at character {first['loc'][-1]})."
+        return _json(400, error_body(message, "invalid_request_error", None, "invalid_json"))
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
     message = f"{param}: {first.get('msg', 'invalid value')}" if param else "Invalid request."
