@@ -2,7 +2,7 @@
 
 Replies: each string is "<TARGET-TAG>:" + the string upper-cased. `mode` makes it misbehave:
 fenced (```json fences), short_once (one item missing on the first call), short (always),
-garbage (not JSON), error (HTTP 500).
+garbage (not JSON), deep (JSON nested past the parser's recursion limit), error (HTTP 500).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def create_fake_llm() -> FastAPI:
             content = f"```json\n{content}\n```"
         if mode == "garbage":
             content = "Sure! Here is your translation: ..."
+        if mode == "deep":
+            content = "[" * 100_000 + "]" * 100_000
         return {
             "id": "chatcmpl-1",
             "object": "chat.completion",

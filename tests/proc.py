@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -26,7 +27,13 @@ WHISPER_BACKEND_ENV = {
 
 
 class ServerProcess:
-    def __init__(self, env: dict[str, str], cwd: Path | None = None, port: int | None = None):
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path | None = None,
+        port: int | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "PORT": str(self.port), "HOST": "127.0.0.1", **env}
@@ -38,6 +45,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=preexec_fn,  # e.g. a resource limit for the server only
         )
         # Read as it comes: a full pipe would block the server on its next log line (its
         # inference thread and its event loop both log).

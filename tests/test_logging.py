@@ -47,6 +47,13 @@ def lines() -> Iterator[list[str]]:
             "< Sec-WebSocket-Protocol: realtime, openai-insecure-api-key.***, openai-beta.x",
         ),
         ("the bearer of bad news; an api key", "the bearer of bad news; an api key"),
+        # issue 58 §7.2: the name percent-encoded (the server decodes it); Deepgram's browser
+        # subprotocols
+        (f"GET /ws?%61pi_key={KEY}&x=1 HTTP/1.1", "GET /ws?%61pi_key=***&x=1 HTTP/1.1"),
+        (f"GET /ws?%61%70%69%5F%6B%65%79={KEY}", "GET /ws?%61%70%69%5F%6B%65%79=***"),
+        (f"GET /ws?a=api_key={KEY}", "GET /ws?a=api_key=***"),
+        ("GET /ws?language=en&model=nova-3", "GET /ws?language=en&model=nova-3"),
+        (f"> Sec-WebSocket-Protocol: token, {KEY}", "> Sec-WebSocket-Protocol: token, ***"),
     ],
 )
 def test_redact(line: str, expected: str) -> None:
@@ -84,6 +91,11 @@ def test_no_key_in_any_log_line_of_the_real_server() -> None:
             f"{base}/ws/transcribe", additional_headers={"Authorization": f"Bearer {KEY}"}
         ) as ws:
             assert json.loads(ws.recv(timeout=10))["status"] == "connected"
+        with connect(f"{base}/ws/transcribe?%61pi_key={KEY}") as ws:  # the name encoded
+            assert json.loads(ws.recv(timeout=10))["status"] == "connected"
+        offered = [Subprotocol("token"), Subprotocol(KEY)]  # Deepgram's browser form
+        with connect(f"{base}/v1/listen", subprotocols=offered) as ws:
+            assert ws.subprotocol == "token"
         offered = [Subprotocol("realtime"), Subprotocol(f"openai-insecure-api-key.{KEY}")]
         with connect(f"{base}/v1/realtime?intent=transcription", subprotocols=offered) as ws:
             assert json.loads(ws.recv(timeout=10))["type"] == "session.created"
@@ -98,3 +110,12 @@ def test_no_key_in_any_log_line_of_the_real_server() -> None:
     assert "Authorization: Bearer ***" in output or "authorization: Bearer ***" in output
     leaked = [line for line in output.splitlines() if KEY in line or WRONG in line]
     assert not leaked, leaked
+
+
+def test_a_long_message_is_bounded(lines: list[str]) -> None:
+    """User input echoed into a line (a path, a language value) cannot make it unbounded
+    (issue 58 §7.9)."""
+    logger.warning("unsupported language {!r}", "x" * 100_000)
+    logging.getLogger("uvicorn.access").info('"GET /v1/listen?language=%s"', "y" * 100_000)
+    assert len(lines) == 2 and all(len(line) < 2100 for line in lines), [len(x) for x in lines]
+    assert "more characters)" in lines[0]

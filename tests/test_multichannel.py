@@ -6,6 +6,7 @@ channels merge into one timeline, and the OpenAI SDK parses every answer."""
 from __future__ import annotations
 
 import io
+import struct
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -170,6 +171,39 @@ def test_bad_multichannel_requests_name_the_field(
     )
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+def wav_header(channels: int, tag: int = 1) -> bytes:
+    """A 16-bit WAV with `channels` and codec `tag` in its header, and 0.1 s of data."""
+    align = max(channels, 1) * 2
+    fmt = struct.pack("<HHIIHH", tag, channels, RATE, RATE * align, align, 16)
+    data = b"\0" * (RATE // 10 * align)
+    body = b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(data))
+    return b"RIFF" + struct.pack("<I", len(body) + len(data)) + body + data
+
+
+@pytest.mark.parametrize(
+    ("file", "code", "says"),
+    [
+        (wav_header(0), "invalid_audio", "no channels"),  # was "this file has 1 (mono)"
+        (wav_header(2, tag=0x1234), "invalid_audio", "no codec"),  # was 'NoneType' object ...
+        (b"", "empty_file", "empty"),  # was "not a supported audio format"
+    ],
+)
+def test_a_broken_or_empty_file_with_multichannel_says_what_is_wrong(
+    server: LiveServer, file: bytes, code: str, says: str
+) -> None:
+    """Issue 58 §7.6."""
+    response = httpx.post(
+        server.url + "/v1/audio/transcriptions",
+        files={"file": ("f.wav", file)},
+        data={"model": "m", "multichannel": "true"},
+        timeout=60,
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "file" and error["code"] == code, error
+    assert says in error["message"] and "NoneType" not in error["message"], error
 
 
 def test_without_voice_detection_a_call_is_transcribed_channel_by_channel(

@@ -142,6 +142,8 @@ def test_keywords_reach_whispers_decoder(whisper: LiveServer) -> None:
         ({"chunking_strategy": {"type": "semantic"}}, "chunking_strategy"),
         ({"extra_body": {"chunking_strategy": "sometimes"}}, "chunking_strategy"),
         ({"extra_body": {"chunking_strategy": '"sometimes"'}}, "chunking_strategy"),
+        # nested past the parser's recursion limit: was a 500 (issue 58 §7.3)
+        ({"extra_body": {"chunking_strategy": "[" * 100_000}}, "chunking_strategy"),
     ],
 )
 def test_bad_fields_get_a_clear_400(

@@ -133,7 +133,7 @@ def test_count_mismatch_is_retried_once(server: LiveServer, llm: LiveServer) -> 
     assert len(llm.app.state.calls) == 2
 
 
-@pytest.mark.parametrize("mode", ["short", "garbage", "error"])
+@pytest.mark.parametrize("mode", ["short", "garbage", "deep", "error"])
 def test_bad_llm_output_is_a_clear_502(server: LiveServer, llm: LiveServer, mode: str) -> None:
     llm.app.state.mode = mode
     response = translate(server, "three_sentences.wav", response_format="srt")

@@ -187,6 +187,8 @@ def test_a_killed_worker_costs_one_request(tiny_qwen_dir: Path) -> None:
         assert response.status_code == 503
         error = response.json()["error"]
         assert error["code"] == "worker_exited" and "exited" in error["message"]
+        # the child is reaped before its exit is described (issue 58 §7.7: "unknown exit")
+        assert "signal SIGKILL" in error["message"], error
         assert post(proc, wav_bytes(0.5)).status_code == 200
         after = health(proc)["worker"]
         assert after["restarts"] == 1 and after["pid"] != pid

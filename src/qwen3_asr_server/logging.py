@@ -9,6 +9,7 @@ import logging
 import re
 import sys
 from typing import Any
+from urllib.parse import unquote_plus
 
 from loguru import logger
 
@@ -20,11 +21,23 @@ HANDSHAKE_DENIED: contextvars.ContextVar[bool] = contextvars.ContextVar("denied"
 DENIAL_NOISE = "ASGI callable returned without completing handshake."
 
 # Where a key shows up in what libraries log: a WebSocket URL's `?api_key=` (uvicorn prints
-# paths with their query string), the `Authorization` header and the browsers' key
-# subprotocol (websockets prints the handshake headers at DEBUG).
+# paths with their query string, undecoded: `?%61pi_key=` is the same parameter), the
+# `Authorization` header and the browsers' key subprotocols, OpenAI's and Deepgram's
+# `token, <key>` (websockets prints the handshake headers at DEBUG).
 SECRETS = re.compile(
-    r"(?i)(?P<keep>api(?:_|-|%5f)key=|authorization:\s*(?:\w+\s+)?|openai-insecure-api-key\.)[^\s&,;\"'<>]+"
+    r"(?i)(?P<keep>(?<![\w%])(?:[a-z0-9_.~-]|%[0-9a-f]{2})+=|authorization:\s*(?:\w+\s+)?"
+    r"|openai-insecure-api-key\.|sec-websocket-protocol:\s*token,\s*)[^\s&,;\"'<>]+"
 )
+KEY_PARAMS = {"api_key", "api-key"}
+MAX_LINE_CHARS = 2000  # a log message's length (its traceback, if any, is not counted)
+
+
+def _hide(match: re.Match[str]) -> str:
+    keep = match["keep"]
+    if keep.endswith("=") and unquote_plus(keep[:-1]).lower() not in KEY_PARAMS:
+        return keep + redact(match[0][len(keep) :])  # another parameter: its value is checked
+    return keep + "***"
+
 
 TEXT_FORMAT = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <7}</level> | "
@@ -51,12 +64,15 @@ class InterceptHandler(logging.Handler):
 
 def redact(text: str) -> str:
     """`text` with every API key it carries replaced by `***`."""
-    return SECRETS.sub(r"\g<keep>***", text)
+    return SECRETS.sub(_hide, text)
 
 
 def _patch(record: Any) -> None:
     record["extra"].setdefault("request_id", REQUEST_ID.get())
-    record["message"] = redact(record["message"])
+    message = redact(record["message"])
+    if len(message) > MAX_LINE_CHARS:  # user input echoed (a path, a language) is bounded
+        message = f"{message[:MAX_LINE_CHARS]}... ({len(message) - MAX_LINE_CHARS} more characters)"
+    record["message"] = message
 
 
 def setup_logging(level: str = "INFO", json: bool = False) -> None:

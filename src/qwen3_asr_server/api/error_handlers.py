@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,10 @@ MISSING_FIELD_422_ROUTES = frozenset({"/v1/audio/subtitles"})
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
+    if first.get("type") == "json_invalid":  # its loc is a character offset, not a field
+        why = str((first.get("ctx") or {}).get("error", ""))[:100]
+        message = f"The request body is not valid JSON ({why}, at character {first['loc'][-1]})."
+        return _json(400, error_body(message, "invalid_request_error", None, "invalid_json"))
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     param = ".".join(loc) or None
     message = f"{param}: {first.get('msg', 'invalid value')}" if param else "Invalid request."
@@ -52,8 +57,33 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return _json(status, error_body(message, "invalid_request_error", param, "invalid_value"))
 
 
+# Writing a spooled upload failed for want of room: the disk (or quota) is full, or the
+# process's file size limit is reached (issue 58 §7.4).
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The OSError of a full temp disk behind `exc` (its cause chain), if that is what it is."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    full = disk_full(exc)
+    if full is not None:  # FastAPI calls it "an error parsing the body"
+        logger.error("an upload could not be spooled to the temp disk: {}", full)
+        message = (
+            "The server's temporary disk is full: the upload could not be stored. Try again "
+            "later; the operator must free space in the temp directory (TMPDIR)."
+        )
+        return _json(507, error_body(message, "server_error", None, "insufficient_storage"))
     type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     return _json(exc.status_code, error_body(str(exc.detail), type_, None, code), exc.headers)

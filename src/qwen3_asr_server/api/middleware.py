@@ -4,6 +4,7 @@ the API key check and the upload size limit."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +23,10 @@ from .deps import check_api_key
 from .error_table import error_body, http_status, openai_body
 
 HEADER = b"x-request-id"
+# A client's request id is kept if it is printable ASCII without spaces, up to 128
+# characters; any other (control characters, non-ASCII: it could forge a text log line, and
+# would come back with other bytes) is replaced by a fresh one (issue 58 §7.9).
+SAFE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 MODEL_HEADER = b"x-model-id"  # on every answer of /v1/audio/*: the model that answered
 RELEASES = "qwen3_asr_server.releases"  # scope key: callables to run when the request ends
 # The HTTP routes that need no API key: they hold no data and start no work. The health
@@ -92,7 +97,7 @@ class RequestContextMiddleware:
         if scope["type"] == "websocket" and not given:
             qs = scope.get("query_string", b"").decode("latin-1")
             given = next((p[11:] for p in qs.split("&") if p.startswith("request_id=")), "")
-        request_id = given[:128] if given else uuid.uuid4().hex
+        request_id = given if SAFE_ID.fullmatch(given) else uuid.uuid4().hex
         token = REQUEST_ID.set(request_id)
         scope[RELEASES] = []
         started = False

@@ -32,6 +32,8 @@ def decode_channels(
 ) -> list[Audio]:
     """Every channel of the upload as its own mono 16 kHz Audio (2 to MAX_CHANNELS), or a
     ServiceError: 400 naming `multichannel` for a mono file or too many channels."""
+    if not rewound(source).read(1):
+        raise BadRequestError("The uploaded file is empty.", param="file", code="empty_file")
     try:
         info = sf.info(rewound(source))
     except Exception:
@@ -57,7 +59,11 @@ def decode_channels(
 
 
 def check_channels(count: int) -> int:
-    if count < 2:
+    if count < 1:
+        raise InvalidAudioError(
+            "Could not decode the audio: its header says it has no channels.", param="file"
+        )
+    if count == 1:
         raise BadRequestError(
             "multichannel=true needs audio with 2 to 8 channels; this file has 1 (mono). "
             "Leave multichannel out for mono audio.",
@@ -97,6 +103,12 @@ def _decode_with_av(source: Source, max_seconds: float | None, reserve: Reserve)
             if not container.streams.audio:
                 raise InvalidAudioError("The file has no audio stream.", param="file")
             stream: Any = container.streams.audio[0]
+            if stream.codec_context is None:  # a header ffmpeg could not make sense of
+                raise InvalidAudioError(
+                    "Could not decode the audio: its header names no codec that can be "
+                    "decoded (a malformed or unsupported file).",
+                    param="file",
+                )
             count = check_channels(int(stream.codec_context.channels))
             rate = int(stream.rate or SAMPLE_RATE)
             outs = [Growing(0, _share(reserve, count), max_seconds) for _ in range(count)]

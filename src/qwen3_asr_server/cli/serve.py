@@ -23,8 +23,14 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..config import Settings
+
+# Slow clients (issue 58 §7.8): uvicorn drops an idle keep-alive connection, but holds one
+# whose request head trickles in (slowloris) for ever; its head must be whole this soon.
+HEAD_TIMEOUT_S = 10.0
+MAX_HEAD_BYTES = 64 * 1024  # and no larger (httptools itself sets no limit)
 
 
 class Server(uvicorn.Server):
@@ -62,6 +68,46 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class HeadTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, closing a connection whose request head (request line and
+    headers) is not complete HEAD_TIMEOUT_S after the connection opened or the previous
+    response ended, or is over MAX_HEAD_BYTES. A request being served is never cut."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_bytes = 0
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if not self._serving():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        self._head_timer.cancel()
+        self._head_bytes = 0
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._head_timer.cancel()
+        if not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _serving(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _head_too_slow(self) -> None:
+        if not self._serving() and not self.transport.is_closing():
+            self.transport.close()
+
+
 def serve(settings: Settings) -> None:
     from ..app import create_app
 
@@ -74,6 +120,8 @@ def serve(settings: Settings) -> None:
         log_config=None,  # our InterceptHandler routes uvicorn's logs through loguru
         access_log=True,
         ws_max_size=4 * settings.ws_max_frame_bytes,  # beyond: the protocol closes (1009)
+        http=HeadTimeoutProtocol,
+        timeout_keep_alive=5,  # an idle keep-alive connection is closed after 5 s
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
     )

@@ -247,7 +247,10 @@ class WorkerEngine(EngineWrapper):
     def _died(self, process: Any) -> None:
         if self._process is process:
             self.restarts += 1
-            logger.error("inference worker {} exited ({})", process.pid, process.exitcode)
+            process.join(2)  # reaped, so that its exit code is known (not "unknown exit")
+            logger.error(
+                "inference worker {} exited ({})", process.pid, exit_text(process.exitcode)
+            )
             conn = self._conn
             self._process = self._conn = None
             self._facts = {}

@@ -26,7 +26,7 @@ def parse_lines(reply: str, count: int) -> list[str] | None:
     """The model's JSON array of `count` strings, or None if it is anything else."""
     try:
         value = json.loads(strip_fences(reply))
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's limit
         return None
     if isinstance(value, dict) and len(value) == 1:  # {"translations": [...]}
         value = next(iter(value.values()))

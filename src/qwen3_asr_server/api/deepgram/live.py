@@ -40,6 +40,7 @@ from ..live.common import (
     Outbox,
     any_key_ok,
     base_config,
+    message_bytes,
     new_session,
     register,
     release,
@@ -188,7 +189,7 @@ class Stream:
     async def handle(self, received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
         limit = self.ctx.settings.ws_max_frame_bytes
-        size = len(data) if data is not None else len(text or "")
+        size = message_bytes(received)
         if size > limit:
             msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
             await self.outbox.put(error(msg, variant=LIMIT))

@@ -141,6 +141,17 @@ def route_of(websocket: WebSocket) -> str:
     return getattr(websocket.scope.get("route"), "path", None) or get_route_path(websocket.scope)
 
 
+def message_bytes(received: MutableMapping[str, Any]) -> int:
+    """A received message's size in bytes, as WS_MAX_FRAME_BYTES counts it: a text message's
+    UTF-8 length, not its length in characters (up to 4 bytes each)."""
+    data, text = received.get("bytes"), received.get("text")
+    if data is not None:
+        return len(data)
+    if not text or text.isascii():
+        return len(text or "")
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def new_session(ctx: AppContext, config: StreamConfig, emit: Emit, route: str) -> StreamSession:
     """Partials are fast drafts on whisper (a short encoder window); only their confident
     words become stable, so Realtime API deltas, which clients append, rarely disagree with

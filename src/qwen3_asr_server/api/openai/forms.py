@@ -157,7 +157,7 @@ class TranscriptionForm(UploadForm):
         if raw and raw != "auto":
             try:
                 loaded = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past the parser's limit
                 loaded = None
             if loaded == "auto":  # '"auto"': SDKs that JSON-encode every form field
                 loaded = {}

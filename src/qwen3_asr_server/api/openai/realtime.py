@@ -26,6 +26,7 @@ from ..live.common import (
     Outbox,
     base_config,
     choose_subprotocol,
+    message_bytes,
     new_session,
     register,
     release,
@@ -103,8 +104,9 @@ async def realtime(websocket: WebSocket) -> None:
         if text is None:
             await outbox.put(error_event("Send JSON text events.", "invalid_event"))
             return None
-        if len(text) > settings.ws_max_frame_bytes:
-            msg = f"Event of {len(text)} bytes over WS_MAX_FRAME_BYTES."
+        size = message_bytes(received)
+        if size > settings.ws_max_frame_bytes:
+            msg = f"Event of {size} bytes over WS_MAX_FRAME_BYTES."
             await outbox.put(error_event(msg, "event_too_large"))
             return None
         keep = await handle_event(ctx, session, state, outbox, text)

@@ -31,6 +31,7 @@ from ..live.common import (
     Outbox,
     base_config,
     choose_subprotocol,
+    message_bytes,
     new_session,
     register,
     route_of,
@@ -188,7 +189,7 @@ async def ws_transcribe(websocket: WebSocket) -> None:
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
-        size = len(data) if data is not None else len(text or "")
+        size = message_bytes(received)
         if size > settings.ws_max_frame_bytes:
             limit = settings.ws_max_frame_bytes
             msg = f"Message of {size} bytes; the limit is {limit} (WS_MAX_FRAME_BYTES)."
