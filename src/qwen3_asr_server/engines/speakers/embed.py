@@ -54,6 +54,9 @@ class VoiceEmbedder:
         model.eval()
         self._opts = fbank_options()
         self._model = model
+        # one forward now, so that the stream's first final, which waited for this load, does
+        # not also wait for torch's first-call costs (issue 58 §1)
+        self.embed([np.random.default_rng(0).normal(0, 0.01, 24000).astype(np.float32)])
 
     def unload(self) -> None:
         self._model = None
