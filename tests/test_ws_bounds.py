@@ -5,6 +5,8 @@ not buffered."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -183,3 +185,28 @@ def test_a_fast_sender_is_held_back_to_the_pending_bound() -> None:
                 finals += bool(message.get("is_final"))
         assert max(pending) <= 10 + 5 + 1  # the bound, one utterance past it, one message
         assert finals >= 6  # 30 s in utterances of at most 5 s: every one got its final
+
+
+@pytest.mark.slow
+def test_a_cancellation_before_the_receive_loop_gives_the_seat_back(monkeypatch: Any) -> None:
+    """Issue 58 §4: between taking its seat and its receive loop, /ws/transcribe had no
+    cover: a cancellation there (a server shutting down, a task cancelled) kept the seat
+    for good. With WS_MAX_SESSIONS=1 the next stream is served."""
+    from qwen3_asr_server.api import ws_transcribe
+
+    real = ws_transcribe.PcmIngest
+    calls = []
+
+    def cancelled_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise asyncio.CancelledError
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ws_transcribe, "PcmIngest", cancelled_once)
+    with live_server(create_app(whisper_settings(ws_max_sessions=1))) as srv:
+        with open_ws(srv.url) as ws, contextlib.suppress(Exception):
+            ws.recv(timeout=30)  # the connection ends without a word
+        assert wait_until(lambda: sessions(srv) == 0, 30), "the seat is still held"
+        with open_ws(srv.url) as ws:
+            assert json.loads(ws.recv(timeout=30))["status"] == "connected"

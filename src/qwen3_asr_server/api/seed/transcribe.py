@@ -34,6 +34,7 @@ from ..live.common import (
     message_bytes,
     new_session,
     register,
+    release,
     route_of,
     serve_session,
     websocket_api_key_ok,
@@ -171,21 +172,25 @@ async def ws_transcribe(websocket: WebSocket) -> None:
     if refused:
         await refuse(websocket, error("TOO_MANY_SESSIONS", refused, 503), 1013)
         return
-    width = 2 if encoding == "pcm_s16le" else 1  # bytes a sample (G.711: one)
-    connected = {
-        "status": "connected",
-        "sample_rate": sample_rate,
-        "format": encoding,
-        "buffer_size": int(settings.ws_partial_interval * sample_rate) * width * channels,
-        "window_max_s": settings.ws_window_max_s,
-        "use_server_vad": use_vad,
-    }
-    if "channels" in query:
-        connected["channels"] = channels
-    if "diarize" in query:
-        connected["diarize"] = diarize
-    await outbox.put(connected)
-    ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding, channels)
+    try:  # from here on, whatever fails (a cancellation too) gives the seat back
+        width = 2 if encoding == "pcm_s16le" else 1  # bytes a sample (G.711: one)
+        connected = {
+            "status": "connected",
+            "sample_rate": sample_rate,
+            "format": encoding,
+            "buffer_size": int(settings.ws_partial_interval * sample_rate) * width * channels,
+            "window_max_s": settings.ws_window_max_s,
+            "use_server_vad": use_vad,
+        }
+        if "channels" in query:
+            connected["channels"] = channels
+        if "diarize" in query:
+            connected["diarize"] = diarize
+        await outbox.put(connected)
+        ingest = PcmIngest(sample_rate, settings.ws_max_session_s, encoding, channels)
+    except BaseException:
+        await release(ctx, websocket, session, outbox, "disconnect")
+        raise
 
     async def on_message(received: MutableMapping[str, Any]) -> str | None:
         data, text = received.get("bytes"), received.get("text")
