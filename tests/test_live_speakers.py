@@ -24,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
 
 from calls import clip
 from diar_metrics import scores
@@ -341,3 +342,43 @@ def test_the_first_final_waits_for_the_child_its_stream_started() -> None:
         got = lambda c: spoken([m for _, m in c.messages])  # noqa: E731
         assert collector.wait_for(got, timeout=90)
         assert got(collector)[0]["speaker"] == "A", got(collector)
+
+
+def engine_calls(srv: LiveServer) -> float:
+    """Seconds of audio the engine has transcribed (counted once a call has returned)."""
+    text = httpx.get(srv.url + "/metrics", timeout=10).text
+    families = text_string_to_metric_families(text)
+    audio = (f for f in families if f.name == "asr_audio_seconds")
+    return sum(s.value for f in audio for s in f.samples if s.name == "asr_audio_seconds_total")
+
+
+def test_a_config_sent_while_a_final_waits_for_known_speakers_keeps_the_stream_going() -> None:
+    """Issue 58 §2.1, on a fresh server (the child's cold start is the window): known
+    speakers set, an utterance flushed, then `diarize: false` while the final waits for
+    their fingerprints. That config ended the stream's finals for good (no final, no flush
+    answer, nothing logged); the finals and flush answers go on."""
+    with (
+        live_server(create_app(whisper_settings(ws_speaker_wait_s=5.0))) as srv,
+        open_ws(srv.url, language="en", diarize="true") as ws,
+    ):
+        json.loads(ws.recv(timeout=30))
+        collector = Collector(ws)
+        reply = config_reply(ws, collector, known(["Omar"], [data_url(voice("m3"))]))
+        assert reply["status"] == "configured", reply
+        calls = engine_calls(srv)
+        ws.send(pcm16(clip("meeting:0")))
+        ws.send(json.dumps({"action": "flush"}))
+        # its text is ready (the engine answered): the final now waits for its speaker
+        deadline = time.monotonic() + 120
+        while engine_calls(srv) == calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cold = live_speakers(srv)["state"] == "starting"
+        off = config_reply(ws, collector, {"diarize": False})
+        assert off["status"] == "configured" and off["diarize"] is False, off
+        ws.send(pcm16(clip("meeting:1")))
+        ws.send(json.dumps({"action": "flush"}))
+        two = lambda c: len(spoken([m for _, m in c.messages])) >= 2  # noqa: E731
+        assert collector.wait_for(two, timeout=120), collector.messages
+    first, second = spoken([m for _, m in collector.messages])
+    assert "release" in second["text"].lower() and "speaker" not in second, (first, second)
+    assert cold, "the child was already warm: the window was not tested"
