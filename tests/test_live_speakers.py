@@ -382,3 +382,23 @@ def test_a_config_sent_while_a_final_waits_for_known_speakers_keeps_the_stream_g
     first, second = spoken([m for _, m in collector.messages])
     assert "release" in second["text"].lower() and "speaker" not in second, (first, second)
     assert cold, "the child was already warm: the window was not tested"
+
+
+@pytest.mark.parametrize("kind", ["silence", "noise"])
+def test_a_known_speaker_clip_without_speech_is_refused(server: LiveServer, kind: str) -> None:
+    """Issue 58 §2.5: the live route accepted silent or noise reference clips, which uploads
+    refuse ("holds no speech"); the stream goes on."""
+    rng = np.random.default_rng(7)
+    audio = np.zeros(4 * RATE, np.float32)
+    if kind == "noise":
+        audio = (rng.standard_normal(4 * RATE) * 0.05).astype(np.float32)
+    with open_ws(server.url, language="en") as ws:
+        json.loads(ws.recv(timeout=30))
+        collector = Collector(ws)
+        reply = config_reply(ws, collector, {"diarize": True, **known(["Ann"], [data_url(audio)])})
+        assert reply.get("code") == "INVALID_VALUE", reply
+        assert "known_speaker_references[0] holds no speech" in reply["message"], reply
+        ok = config_reply(
+            ws, collector, {"diarize": True, **known(["Ann"], [data_url(voice("f4"))])}
+        )
+        assert ok["status"] == "configured", ok

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from ...audio.vad import SileroModel, has_speech
 from ...engines.speakers.diarize import installed
 from ...errors import BadRequestError, NotConfiguredError
 from ...outputs.diarization import known_speakers
@@ -35,10 +36,19 @@ def check_available() -> None:
         )
 
 
-async def known_voices(names: list[str] | None, references: list[str] | None) -> list[KnownVoice]:
-    """The known speakers, their clips decoded (at most 4 clips of 2-10 s);
+async def known_voices(
+    names: list[str] | None, references: list[str] | None, vad: SileroModel
+) -> list[KnownVoice]:
+    """The known speakers, their clips decoded (at most 4 clips of 2-10 s), each holding
+    speech as voice detection hears it (uploads refuse a silent or noise clip too);
     BadRequestError naming the field otherwise."""
     speakers = await asyncio.to_thread(known_speakers, names, references)
+    for i, speaker in enumerate(speakers):
+        if not await vad.run(has_speech, vad, speaker.audio):
+            raise BadRequestError(
+                f"known_speaker_references[{i}] holds no speech.",
+                param="known_speaker_references",
+            )
     return [KnownVoice(s.name, s.audio) for s in speakers]
 
 
@@ -47,7 +57,7 @@ def speakers_sent(action: ConfigAction) -> bool:
 
 
 async def speakers_config(
-    action: ConfigAction, diarize: bool, changes: dict[str, Any]
+    action: ConfigAction, diarize: bool, changes: dict[str, Any], vad: SileroModel
 ) -> list[KnownVoice] | None:
     """A config's live-speaker fields: `diarize` into `changes`; the known speakers, decoded
     (None: not sent). ServiceError: the server cannot label speakers, or a bad field."""
@@ -62,4 +72,4 @@ async def speakers_config(
             "known_speaker_names needs live speakers: send diarize=true too.",
             param="known_speaker_names",
         )
-    return await known_voices(action.known_speaker_names, action.known_speaker_references)
+    return await known_voices(action.known_speaker_names, action.known_speaker_references, vad)

@@ -259,7 +259,7 @@ async def handle_action(
         if action.given("use_server_vad"):
             changes["use_vad"] = action.use_server_vad
         try:
-            known = await speakers_config(action, lanes[0].config.diarize, changes)
+            known = await speakers_config(action, lanes[0].config.diarize, changes, ctx.vad)
         except ServiceError as exc:
             code = "DIARIZATION_UNAVAILABLE" if exc.code == "not_configured" else "INVALID_VALUE"
             await outbox.put(error(code, exc.message, http_status(exc)))
