@@ -192,7 +192,7 @@ def test_a_cancellation_before_the_receive_loop_gives_the_seat_back(monkeypatch:
     """Issue 58 §4: between taking its seat and its receive loop, /ws/transcribe had no
     cover: a cancellation there (a server shutting down, a task cancelled) kept the seat
     for good. With WS_MAX_SESSIONS=1 the next stream is served."""
-    from qwen3_asr_server.api import ws_transcribe
+    from qwen3_asr_server.api.seed import transcribe as ws_transcribe
 
     real = ws_transcribe.PcmIngest
     calls = []
