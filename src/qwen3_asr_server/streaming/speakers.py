@@ -131,6 +131,8 @@ class SpeakerLabels:
                 except asyncio.CancelledError:
                     if cancelled_here() or not self._open:
                         raise
+                    if self._known is known:  # (never spin on a task that is gone)
+                        self._known = None
                     continue  # a config replaced the known speakers: theirs, then
                 except BaseException:
                     if known.done():  # failed: asked for again with the next final
